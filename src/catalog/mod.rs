@@ -1,0 +1,225 @@
+//! What a tool is to the gateway: its stable key (backend, original name), the name it is exposed
+//! under, the text that search embeds, and its token weight. Naming and conflict resolution live
+//! here too. Pure functions over data: no async, no I/O.
+
+pub mod text;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use rmcp::model::Tool;
+use serde_json::Value;
+
+/// How clashing tool names from different backends are resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictResolution {
+    /// Every tool becomes `<prefix_format with {backend}><name>`.
+    Prefix,
+    /// Bare names; the backend listed first wins a clash.
+    Priority,
+    /// Bare names; every clash must be settled by an override.
+    Manual,
+}
+
+#[derive(Debug, Clone)]
+pub struct Aggregation {
+    pub conflict_resolution: ConflictResolution,
+    pub prefix_format: String,
+    /// Filter and overrides, by backend name.
+    pub per_backend: BTreeMap<String, BackendTools>,
+}
+
+impl Default for Aggregation {
+    fn default() -> Self {
+        Self {
+            conflict_resolution: ConflictResolution::Prefix,
+            prefix_format: "{backend}_".into(),
+            per_backend: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct BackendTools {
+    /// Only these original tool names are kept, when given.
+    pub filter: Option<Vec<String>>,
+    /// By original tool name.
+    pub overrides: BTreeMap<String, Override>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Override {
+    pub name: Option<String>,
+    pub description: Option<String>,
+}
+
+/// Stable identity of a backend tool, the same across catalog generations.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ToolKey {
+    pub backend: Arc<str>,
+    /// The tool's name as the backend knows it.
+    pub tool: Arc<str>,
+}
+
+/// One tool as the gateway exposes it.
+#[derive(Debug, Clone)]
+pub struct CatalogTool {
+    pub key: ToolKey,
+    /// The backend's tool object with the exposed name and description; everything else untouched.
+    pub tool: Tool,
+    /// Token weight: the byte length of the tool's JSON / 4.
+    pub tokens: u64,
+    /// The text that search indexes (see [`text::search_text`]).
+    pub text: String,
+}
+
+impl CatalogTool {
+    pub fn name(&self) -> &str {
+        &self.tool.name
+    }
+}
+
+/// A clash that `manual` resolution needs an override for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "tool name `{name}` is exposed by both `{first}` and `{second}`; with conflict_resolution = \"manual\" give one of them an override in [[aggregation.tools]]"
+)]
+pub struct Clash {
+    pub name: String,
+    pub first: String,
+    pub second: String,
+}
+
+/// One backend's tools, in configuration order.
+pub struct Listing<'a> {
+    pub backend: &'a str,
+    pub tools: &'a [Tool],
+}
+
+/// The resolved, name-sorted set of exposed tools.
+#[derive(Debug, Default, Clone)]
+pub struct Catalog {
+    tools: Vec<CatalogTool>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Catalog {
+    /// Applies filters and overrides, then resolves names. Clashes that `manual` cannot settle
+    /// are returned beside the catalog (the first backend's tool is kept, so the gateway can run).
+    pub fn resolve(listings: &[Listing<'_>], agg: &Aggregation) -> (Catalog, Vec<Clash>) {
+        let mut tools: Vec<CatalogTool> = Vec::new();
+        let mut owner: HashMap<String, (usize, Arc<str>)> = HashMap::new();
+        let mut clashes = Vec::new();
+        for listing in listings {
+            let backend: Arc<str> = Arc::from(listing.backend);
+            let rules = agg.per_backend.get(listing.backend);
+            for tool in listing.tools {
+                let original = tool.name.to_string();
+                if let Some(filter) = rules.and_then(|r| r.filter.as_ref())
+                    && !filter.iter().any(|f| *f == original)
+                {
+                    continue;
+                }
+                let ov = rules.and_then(|r| r.overrides.get(&original));
+                let base = ov.and_then(|o| o.name.clone()).unwrap_or_else(|| original.clone());
+                let exposed = match agg.conflict_resolution {
+                    ConflictResolution::Prefix => {
+                        format!("{}{base}", agg.prefix_format.replace("{backend}", listing.backend))
+                    }
+                    ConflictResolution::Priority | ConflictResolution::Manual => base,
+                };
+                if let Some((_, first)) = owner.get(&exposed) {
+                    if agg.conflict_resolution != ConflictResolution::Priority || **first == *backend {
+                        clashes.push(Clash {
+                            name: exposed.clone(),
+                            first: format!("{first}/{exposed}"),
+                            second: format!("{backend}/{original}"),
+                        });
+                    }
+                    continue;
+                }
+                let mut exposed_tool = tool.clone();
+                exposed_tool.name = exposed.clone().into();
+                if let Some(d) = ov.and_then(|o| o.description.clone()) {
+                    exposed_tool.description = Some(d.into());
+                }
+                owner.insert(exposed.clone(), (tools.len(), backend.clone()));
+                tools.push(CatalogTool::new(
+                    ToolKey {
+                        backend: backend.clone(),
+                        tool: Arc::from(original.as_str()),
+                    },
+                    exposed_tool,
+                ));
+            }
+        }
+        (Catalog::from_tools(tools), clashes)
+    }
+
+    /// Builds a catalog from already-named tools (sorted here; names must be unique).
+    pub fn from_tools(mut tools: Vec<CatalogTool>) -> Catalog {
+        tools.sort_by(|a, b| a.tool.name.cmp(&b.tool.name));
+        let by_name = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.tool.name.to_string(), i))
+            .collect();
+        Catalog { tools, by_name }
+    }
+
+    pub fn tools(&self) -> &[CatalogTool] {
+        &self.tools
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// Position of an exposed name in [`Self::tools`].
+    pub fn position(&self, exposed: &str) -> Option<usize> {
+        self.by_name.get(exposed).copied()
+    }
+}
+
+impl CatalogTool {
+    pub fn new(key: ToolKey, tool: Tool) -> Self {
+        let tokens = token_weight(&tool);
+        let text = text::search_text(&tool);
+        Self {
+            key,
+            tool,
+            tokens,
+            text,
+        }
+    }
+}
+
+/// The reference gateway's token estimate: bytes of the tool's JSON / 4.
+pub fn token_weight(tool: &Tool) -> u64 {
+    serde_json::to_vec(tool).map(|v| v.len() as u64 / 4).unwrap_or(0)
+}
+
+/// The input schema's properties as (name, description) pairs, in schema order.
+pub fn schema_properties(tool: &Tool) -> Vec<(String, String)> {
+    let Some(Value::Object(props)) = tool.input_schema.get("properties") else {
+        return Vec::new();
+    };
+    props
+        .iter()
+        .map(|(name, p)| {
+            let desc = p
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            (name.clone(), desc)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

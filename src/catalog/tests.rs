@@ -1,0 +1,112 @@
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rmcp::model::Tool;
+use serde_json::json;
+
+use super::*;
+
+fn tool(name: &str, desc: &str) -> Tool {
+    let schema = json!({"type": "object", "properties": {"input": {"type": "string", "description": "what to use"}}});
+    Tool::new(name.to_string(), desc.to_string(), Arc::new(schema.as_object().unwrap().clone()))
+}
+
+fn names(c: &Catalog) -> Vec<&str> {
+    c.tools().iter().map(|t| t.name()).collect()
+}
+
+fn agg(cr: ConflictResolution) -> Aggregation {
+    Aggregation {
+        conflict_resolution: cr,
+        ..Aggregation::default()
+    }
+}
+
+#[test]
+fn prefix_names_every_tool_and_sorts() {
+    let a = [tool("echo", "a"), tool("add", "b")];
+    let b = [tool("echo", "c")];
+    let listings = [Listing { backend: "zeta", tools: &a }, Listing { backend: "alpha", tools: &b }];
+    let (c, clashes) = Catalog::resolve(&listings, &agg(ConflictResolution::Prefix));
+    assert!(clashes.is_empty());
+    assert_eq!(names(&c), vec!["alpha_echo", "zeta_add", "zeta_echo"]);
+    let t = &c.tools()[c.position("zeta_echo").unwrap()];
+    assert_eq!(&*t.key.backend, "zeta");
+    assert_eq!(&*t.key.tool, "echo");
+}
+
+#[test]
+fn prefix_format_is_configurable() {
+    let a = [tool("echo", "a")];
+    let mut g = agg(ConflictResolution::Prefix);
+    g.prefix_format = "{backend}.".into();
+    let (c, _) = Catalog::resolve(&[Listing { backend: "x", tools: &a }], &g);
+    assert_eq!(names(&c), vec!["x.echo"]);
+}
+
+#[test]
+fn priority_keeps_first_listed_backend() {
+    let a = [tool("echo", "from first")];
+    let b = [tool("echo", "from second"), tool("other", "o")];
+    let listings = [Listing { backend: "first", tools: &a }, Listing { backend: "second", tools: &b }];
+    let (c, clashes) = Catalog::resolve(&listings, &agg(ConflictResolution::Priority));
+    assert!(clashes.is_empty());
+    assert_eq!(names(&c), vec!["echo", "other"]);
+    assert_eq!(&*c.tools()[0].key.backend, "first");
+}
+
+#[test]
+fn manual_reports_clash_naming_both_tools_until_overridden() {
+    let a = [tool("echo", "a")];
+    let b = [tool("echo", "b")];
+    let listings = [Listing { backend: "one", tools: &a }, Listing { backend: "two", tools: &b }];
+    let (_, clashes) = Catalog::resolve(&listings, &agg(ConflictResolution::Manual));
+    assert_eq!(clashes.len(), 1);
+    let msg = clashes[0].to_string();
+    assert!(msg.contains("one/echo") && msg.contains("two/echo"), "{msg}");
+
+    let mut g = agg(ConflictResolution::Manual);
+    g.per_backend.insert(
+        "two".into(),
+        BackendTools {
+            filter: None,
+            overrides: BTreeMap::from([(
+                "echo".into(),
+                Override { name: Some("echo2".into()), description: None },
+            )]),
+        },
+    );
+    let (c, clashes) = Catalog::resolve(&listings, &g);
+    assert!(clashes.is_empty());
+    assert_eq!(names(&c), vec!["echo", "echo2"]);
+}
+
+#[test]
+fn filter_and_overrides_apply_before_prefixing() {
+    let a = [tool("create_issue", "Create an issue"), tool("delete_repo", "Delete")];
+    let mut g = agg(ConflictResolution::Prefix);
+    g.per_backend.insert(
+        "github".into(),
+        BackendTools {
+            filter: Some(vec!["create_issue".into()]),
+            overrides: BTreeMap::from([(
+                "create_issue".into(),
+                Override { name: Some("new_issue".into()), description: Some("Open an issue".into()) },
+            )]),
+        },
+    );
+    let (c, _) = Catalog::resolve(&[Listing { backend: "github", tools: &a }], &g);
+    assert_eq!(names(&c), vec!["github_new_issue"]);
+    let t = &c.tools()[0];
+    assert_eq!(t.tool.description.as_deref(), Some("Open an issue"));
+    assert_eq!(&*t.key.tool, "create_issue");
+    assert!(t.text.contains("Open an issue"));
+    assert!(t.text.starts_with("github new issue:"), "{}", t.text);
+}
+
+#[test]
+fn token_weight_is_json_bytes_over_four() {
+    let t = tool("echo", "x");
+    let bytes = serde_json::to_vec(&t).unwrap().len() as u64;
+    assert_eq!(token_weight(&t), bytes / 4);
+}

@@ -1,0 +1,500 @@
+//! Configuration: the TOML file, read in two stages.
+//!
+//! [`raw`] mirrors the file one to one (serde, `deny_unknown_fields`), so a typo in a key is an
+//! error that names it. [`Config::parse`] then validates the raw values into the types the rest of
+//! the gateway uses, collecting every problem instead of stopping at the first, each named by its
+//! key path and the line it stands on. Nothing binds or spawns before this succeeds.
+
+mod raw;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::catalog::{Aggregation, BackendTools, ConflictResolution, Override};
+
+/// How the gateway advertises the backends' tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Every backend tool, under its resolved name.
+    Passthrough,
+    /// Only `find_tool` and `call_tool`.
+    Optimizer,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub backends: Vec<BackendConfig>,
+    pub aggregation: Aggregation,
+    pub optimizer: OptimizerConfig,
+    pub health: HealthConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub path: String,
+    pub mode: Mode,
+    /// Largest accepted request body, in bytes.
+    pub max_body: usize,
+    /// Extra `Host`/`Origin` values accepted besides the loopback names.
+    pub allowed_origins: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct BackendConfig {
+    pub name: String,
+    pub transport: Transport,
+    /// Deadline for one forwarded call.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum Transport {
+    Http {
+        url: String,
+        /// Header values with `${ENV}` already expanded.
+        headers: BTreeMap<String, String>,
+    },
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct OptimizerConfig {
+    pub max_tools_to_return: usize,
+    /// Name of the embedding model (a folder under `models/`).
+    pub model: String,
+    /// A folder holding the model files, looked at first.
+    pub model_dir: Option<PathBuf>,
+    /// Where embedded vectors are cached; `None` picks the user cache folder.
+    pub cache_dir: Option<PathBuf>,
+    /// Replaces find_tool's description (a hint of what is available helps agents use it).
+    pub find_tool_description: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HealthConfig {
+    /// Zero turns monitoring off: every backend is advertised.
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub degraded_threshold: Duration,
+    pub unhealthy_threshold: u32,
+    pub circuit_breaker: Option<BreakerConfig>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct BreakerConfig {
+    pub failure_threshold: u32,
+    pub timeout: Duration,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(10),
+            degraded_threshold: Duration::from_secs(5),
+            unhealthy_threshold: 3,
+            circuit_breaker: None,
+        }
+    }
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4483";
+pub const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
+pub const DEFAULT_MODEL: &str = "all-MiniLM-L6-v2";
+
+/// One problem in a configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Dotted key path, e.g. `backends[1].name`.
+    pub key: String,
+    /// 1-based line, where the key could be found in the file.
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}: `{}`: {}", self.key, self.message),
+            None => write!(f, "`{}`: {}", self.key, self.message),
+        }
+    }
+}
+
+/// Every problem found in one file.
+#[derive(Debug, Clone, thiserror::Error)]
+pub struct ConfigError {
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        writeln!(
+            f,
+            "invalid configuration ({n} problem{}):",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in &self.problems {
+            writeln!(f, "  {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Reads and validates a file.
+    pub fn load(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            problems: vec![Problem {
+                key: "(file)".into(),
+                line: None,
+                message: format!("cannot read {}: {e}", path.display()),
+            }],
+        })?;
+        Self::parse(&text)
+    }
+
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let raw: raw::File = toml::from_str(text).map_err(|e| ConfigError {
+            problems: vec![raw::problem_from_toml(text, &e)],
+        })?;
+        let mut v = Validator {
+            text,
+            problems: Vec::new(),
+        };
+        let config = v.validate(raw);
+        if v.problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError {
+                problems: v.problems,
+            })
+        }
+    }
+}
+
+struct Validator<'t> {
+    text: &'t str,
+    problems: Vec<Problem>,
+}
+
+impl Validator<'_> {
+    fn problem(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        let key = key.into();
+        let line = raw::line_of(self.text, &key);
+        self.problems.push(Problem {
+            key,
+            line,
+            message: message.into(),
+        });
+    }
+
+    fn duration(&mut self, key: &str, value: Option<&str>, default: Duration) -> Duration {
+        match value {
+            None => default,
+            Some(s) => match humantime::parse_duration(s) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.problem(key, format!("`{s}` is not a duration ({e}); write e.g. \"30s\" or \"500ms\""));
+                    default
+                }
+            },
+        }
+    }
+
+    fn validate(&mut self, raw: raw::File) -> Config {
+        let server = self.server(raw.server.unwrap_or_default());
+        let backends = self.backends(raw.backends);
+        let names: HashSet<&str> = backends.iter().map(|b| b.name.as_str()).collect();
+        let aggregation = self.aggregation(raw.aggregation.unwrap_or_default(), &names);
+        let optimizer = self.optimizer(raw.optimizer.unwrap_or_default());
+        let health = self.health(raw.health.unwrap_or_default());
+        Config {
+            server,
+            backends,
+            aggregation,
+            optimizer,
+            health,
+        }
+    }
+
+    fn server(&mut self, raw: raw::Server) -> ServerConfig {
+        let listen_text = raw.listen.unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+        let listen = listen_text.parse().unwrap_or_else(|_| {
+            self.problem(
+                "server.listen",
+                format!("`{listen_text}` is not an address; write host:port, e.g. \"127.0.0.1:4483\""),
+            );
+            DEFAULT_LISTEN.parse().expect("default address parses")
+        });
+        let path = raw.path.unwrap_or_else(|| "/mcp".into());
+        if !path.starts_with('/') || path.len() < 2 {
+            self.problem("server.path", format!("`{path}` must start with `/` and name a path, e.g. \"/mcp\""));
+        }
+        let mode = match raw.mode.as_deref() {
+            None | Some("optimizer") => Mode::Optimizer,
+            Some("passthrough") => Mode::Passthrough,
+            Some(other) => {
+                self.problem("server.mode", format!("`{other}` is not a mode; use \"optimizer\" or \"passthrough\""));
+                Mode::Optimizer
+            }
+        };
+        let max_body = match raw.max_body {
+            None => DEFAULT_MAX_BODY,
+            Some(n) if n >= 1024 => n as usize,
+            Some(n) => {
+                self.problem("server.max_body", format!("{n} bytes is too small; at least 1024"));
+                DEFAULT_MAX_BODY
+            }
+        };
+        ServerConfig {
+            listen,
+            path,
+            mode,
+            max_body,
+            allowed_origins: raw.allowed_origins.unwrap_or_default(),
+        }
+    }
+
+    fn backends(&mut self, raws: Vec<raw::Backend>) -> Vec<BackendConfig> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for (i, b) in raws.into_iter().enumerate() {
+            let key = |k: &str| format!("backends[{i}].{k}");
+            let name = b.name.clone();
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-')
+            {
+                self.problem(key("name"), format!("`{name}` must match [a-z0-9_-]+"));
+            } else if !seen.insert(name.clone()) {
+                self.problem(key("name"), format!("`{name}` names another backend already"));
+            }
+            let timeout = self.duration(&key("timeout"), b.timeout.as_deref(), Duration::from_secs(30));
+            if timeout.is_zero() {
+                self.problem(key("timeout"), "must be more than zero");
+            }
+            let transport = match (b.url, b.command) {
+                (Some(_), Some(_)) => {
+                    self.problem(key("url"), "give either `url` (HTTP) or `command` (stdio), not both");
+                    continue;
+                }
+                (None, None) => {
+                    self.problem(key("name"), format!("backend `{name}` needs `url` (HTTP) or `command` (stdio)"));
+                    continue;
+                }
+                (Some(url), None) => {
+                    if !(url.starts_with("http://") || url.starts_with("https://")) {
+                        self.problem(key("url"), format!("`{url}` must be an http:// or https:// URL"));
+                    }
+                    for k in ["args", "env", "cwd"] {
+                        let given = match k {
+                            "args" => b.args.is_some(),
+                            "env" => b.env.is_some(),
+                            _ => b.cwd.is_some(),
+                        };
+                        if given {
+                            self.problem(key(k), "only stdio backends (with `command`) take this key");
+                        }
+                    }
+                    let mut headers = BTreeMap::new();
+                    for (h, v) in b.headers.unwrap_or_default() {
+                        match expand_env(&v) {
+                            Ok(v) => {
+                                headers.insert(h, v);
+                            }
+                            Err(var) => self.problem(
+                                format!("backends[{i}].headers.{h}"),
+                                format!("environment variable `{var}` is not set"),
+                            ),
+                        }
+                    }
+                    Transport::Http { url, headers }
+                }
+                (None, Some(command)) => {
+                    if b.headers.is_some() {
+                        self.problem(key("headers"), "only HTTP backends (with `url`) take this key");
+                    }
+                    if command.trim().is_empty() {
+                        self.problem(key("command"), "must not be empty");
+                    }
+                    let mut env = BTreeMap::new();
+                    for (k, v) in b.env.unwrap_or_default() {
+                        match expand_env(&v) {
+                            Ok(v) => {
+                                env.insert(k, v);
+                            }
+                            Err(var) => self.problem(
+                                format!("backends[{i}].env.{k}"),
+                                format!("environment variable `{var}` is not set"),
+                            ),
+                        }
+                    }
+                    Transport::Stdio {
+                        command,
+                        args: b.args.unwrap_or_default(),
+                        env,
+                        cwd: b.cwd.map(PathBuf::from),
+                    }
+                }
+            };
+            out.push(BackendConfig {
+                name,
+                transport,
+                timeout,
+            });
+        }
+        out
+    }
+
+    fn aggregation(&mut self, raw: raw::Aggregation, names: &HashSet<&str>) -> Aggregation {
+        let conflict_resolution = match raw.conflict_resolution.as_deref() {
+            None | Some("prefix") => ConflictResolution::Prefix,
+            Some("priority") => ConflictResolution::Priority,
+            Some("manual") => ConflictResolution::Manual,
+            Some(other) => {
+                self.problem(
+                    "aggregation.conflict_resolution",
+                    format!("`{other}` is not a strategy; use \"prefix\", \"priority\" or \"manual\""),
+                );
+                ConflictResolution::Prefix
+            }
+        };
+        let prefix_format = raw.prefix_format.unwrap_or_else(|| "{backend}_".into());
+        if !prefix_format.contains("{backend}") {
+            self.problem("aggregation.prefix_format", format!("`{prefix_format}` must contain `{{backend}}`"));
+        }
+        let mut per_backend = BTreeMap::new();
+        for (i, t) in raw.tools.into_iter().enumerate() {
+            if !names.contains(t.backend.as_str()) {
+                self.problem(
+                    format!("aggregation.tools[{i}].backend"),
+                    format!("`{}` is not the name of a configured backend", t.backend),
+                );
+                continue;
+            }
+            let overrides = t
+                .overrides
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(tool, o)| {
+                    (
+                        tool,
+                        Override {
+                            name: o.name,
+                            description: o.description,
+                        },
+                    )
+                })
+                .collect();
+            if per_backend.contains_key(&t.backend) {
+                self.problem(
+                    format!("aggregation.tools[{i}].backend"),
+                    format!("`{}` has another [[aggregation.tools]] entry already", t.backend),
+                );
+                continue;
+            }
+            per_backend.insert(
+                t.backend,
+                BackendTools {
+                    filter: t.filter,
+                    overrides,
+                },
+            );
+        }
+        Aggregation {
+            conflict_resolution,
+            prefix_format,
+            per_backend,
+        }
+    }
+
+    fn optimizer(&mut self, raw: raw::Optimizer) -> OptimizerConfig {
+        let max = raw.max_tools_to_return.unwrap_or(8);
+        if !(1..=50).contains(&max) {
+            self.problem("optimizer.max_tools_to_return", format!("{max} is out of range 1..50"));
+        }
+        OptimizerConfig {
+            max_tools_to_return: max.clamp(1, 50) as usize,
+            model: raw.model.unwrap_or_else(|| DEFAULT_MODEL.into()),
+            model_dir: raw.model_dir.map(PathBuf::from),
+            cache_dir: raw.cache_dir.map(PathBuf::from),
+            find_tool_description: raw.find_tool_description,
+        }
+    }
+
+    fn health(&mut self, raw: raw::Health) -> HealthConfig {
+        let d = HealthConfig::default();
+        let interval = self.duration("health.interval", raw.interval.as_deref(), d.interval);
+        let timeout = self.duration("health.timeout", raw.timeout.as_deref(), d.timeout);
+        let degraded_threshold =
+            self.duration("health.degraded_threshold", raw.degraded_threshold.as_deref(), d.degraded_threshold);
+        let unhealthy_threshold = raw.unhealthy_threshold.unwrap_or(d.unhealthy_threshold as i64);
+        if unhealthy_threshold < 1 {
+            self.problem("health.unhealthy_threshold", "must be at least 1");
+        }
+        if !interval.is_zero() && timeout.is_zero() {
+            self.problem("health.timeout", "must be more than zero");
+        }
+        let circuit_breaker = match raw.circuit_breaker {
+            Some(cb) if cb.enabled.unwrap_or(true) => {
+                let failure_threshold = cb.failure_threshold.unwrap_or(5);
+                if failure_threshold < 1 {
+                    self.problem("health.circuit_breaker.failure_threshold", "must be at least 1");
+                }
+                let timeout = self.duration(
+                    "health.circuit_breaker.timeout",
+                    cb.timeout.as_deref(),
+                    Duration::from_secs(60),
+                );
+                Some(BreakerConfig {
+                    failure_threshold: failure_threshold.max(1) as u32,
+                    timeout,
+                })
+            }
+            _ => None,
+        };
+        HealthConfig {
+            interval,
+            timeout,
+            degraded_threshold,
+            unhealthy_threshold: unhealthy_threshold.max(1) as u32,
+            circuit_breaker,
+        }
+    }
+}
+
+/// Expands `${VAR}` from the environment; returns the name of a variable that is not set.
+fn expand_env(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let var = &after[..end];
+        out.push_str(&std::env::var(var).map_err(|_| var.to_string())?);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,149 @@
+//! The file as written: serde types one to one with the TOML, and the mapping from a key path
+//! back to the line it stands on (for error messages).
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use toml::de::{DeTable, DeValue};
+
+use super::Problem;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    pub server: Option<Server>,
+    #[serde(default)]
+    pub backends: Vec<Backend>,
+    pub aggregation: Option<Aggregation>,
+    pub optimizer: Option<Optimizer>,
+    pub health: Option<Health>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    pub listen: Option<String>,
+    pub path: Option<String>,
+    pub mode: Option<String>,
+    pub max_body: Option<u64>,
+    pub allowed_origins: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Backend {
+    pub name: String,
+    pub url: Option<String>,
+    pub headers: Option<BTreeMap<String, String>>,
+    pub command: Option<String>,
+    pub args: Option<Vec<String>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub cwd: Option<String>,
+    pub timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Aggregation {
+    pub conflict_resolution: Option<String>,
+    pub prefix_format: Option<String>,
+    #[serde(default)]
+    pub tools: Vec<BackendTools>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendTools {
+    pub backend: String,
+    pub filter: Option<Vec<String>>,
+    pub overrides: Option<BTreeMap<String, Override>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Override {
+    pub name: Option<String>,
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Optimizer {
+    pub max_tools_to_return: Option<i64>,
+    pub model: Option<String>,
+    pub model_dir: Option<String>,
+    pub cache_dir: Option<String>,
+    pub find_tool_description: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub degraded_threshold: Option<String>,
+    pub unhealthy_threshold: Option<i64>,
+    pub circuit_breaker: Option<CircuitBreaker>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CircuitBreaker {
+    pub enabled: Option<bool>,
+    pub failure_threshold: Option<i64>,
+    pub timeout: Option<String>,
+}
+
+fn line_at(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+/// Turns a serde/TOML error into a problem naming the key where we can find one.
+pub fn problem_from_toml(text: &str, e: &toml::de::Error) -> Problem {
+    let line = e.span().map(|s| line_at(text, s.start));
+    let message = e.message().to_string();
+    // serde names the offending key in its messages (`unknown field `x``); the span locates it.
+    let key = e
+        .span()
+        .and_then(|s| text.get(s.clone()))
+        .map(|k| k.trim().trim_matches('"').to_string())
+        .filter(|k| !k.is_empty() && !k.contains('\n') && k.len() < 80)
+        .unwrap_or_else(|| "(file)".into());
+    Problem { key, line, message }
+}
+
+/// The 1-based line of a dotted key path such as `backends[1].headers.Authorization`.
+pub fn line_of(text: &str, path: &str) -> Option<usize> {
+    let root = DeValue::Table(DeTable::parse(text).ok()?.into_inner());
+    let mut current = &root;
+    let mut span = None;
+    for segment in split_path(path) {
+        let (name, index) = segment;
+        let DeValue::Table(t) = current else {
+            break;
+        };
+        let Some((k, v)) = t.iter().find(|(k, _)| k.get_ref().as_ref() == name) else {
+            break;
+        };
+        span = Some(k.span());
+        current = v.get_ref();
+        if let Some(i) = index {
+            let DeValue::Array(items) = current else {
+                break;
+            };
+            let Some(item) = items.iter().nth(i) else {
+                break;
+            };
+            span = Some(item.span());
+            current = item.get_ref();
+        }
+    }
+    span.map(|s| line_at(text, s.start))
+}
+
+fn split_path(path: &str) -> impl Iterator<Item = (&str, Option<usize>)> {
+    path.split('.').map(|seg| match seg.split_once('[') {
+        Some((name, rest)) => (name, rest.trim_end_matches(']').parse().ok()),
+        None => (seg, None),
+    })
+}

@@ -1,0 +1,122 @@
+use super::*;
+
+const FULL: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+path = "/mcp"
+mode = "passthrough"
+
+[[backends]]
+name = "github"
+url = "http://127.0.0.1:9001/mcp"
+timeout = "5s"
+
+[[backends]]
+name = "time"
+command = "uvx"
+args = ["mcp-server-time"]
+
+[aggregation]
+conflict_resolution = "prefix"
+prefix_format = "{backend}_"
+
+[[aggregation.tools]]
+backend = "github"
+filter = ["create_issue"]
+overrides = { create_issue = { name = "new_issue", description = "Open an issue" } }
+
+[optimizer]
+max_tools_to_return = 8
+"#;
+
+#[test]
+fn full_example_parses() {
+    let c = Config::parse(FULL).unwrap();
+    assert_eq!(c.server.mode, Mode::Passthrough);
+    assert_eq!(c.server.listen.port(), 0);
+    assert_eq!(c.backends.len(), 2);
+    assert_eq!(c.backends[0].timeout, Duration::from_secs(5));
+    assert_eq!(c.backends[1].timeout, Duration::from_secs(30));
+    assert!(matches!(&c.backends[1].transport, Transport::Stdio { command, .. } if command == "uvx"));
+    let gh = &c.aggregation.per_backend["github"];
+    assert_eq!(gh.filter.as_deref(), Some(&["create_issue".to_string()][..]));
+    assert_eq!(gh.overrides["create_issue"].name.as_deref(), Some("new_issue"));
+    assert_eq!(c.optimizer.max_tools_to_return, 8);
+    assert_eq!(c.server.max_body, DEFAULT_MAX_BODY);
+}
+
+#[test]
+fn defaults_match_the_reference() {
+    let c = Config::parse("").unwrap();
+    assert_eq!(c.server.listen.to_string(), DEFAULT_LISTEN);
+    assert_eq!(c.server.path, "/mcp");
+    assert_eq!(c.server.mode, Mode::Optimizer);
+    assert_eq!(c.optimizer.max_tools_to_return, 8);
+    assert_eq!(c.health.interval, Duration::from_secs(30));
+    assert_eq!(c.health.timeout, Duration::from_secs(10));
+    assert_eq!(c.health.unhealthy_threshold, 3);
+    assert!(c.health.circuit_breaker.is_none());
+}
+
+#[test]
+fn unknown_key_is_named_with_its_line() {
+    let err = Config::parse("[server]\nlisten = \"127.0.0.1:1\"\nmood = \"x\"\n").unwrap_err();
+    let p = &err.problems[0];
+    assert_eq!(p.line, Some(3), "{err}");
+    assert!(p.message.contains("mood"), "{err}");
+    assert_eq!(p.key, "mood");
+}
+
+#[test]
+fn every_semantic_problem_is_reported_with_key_and_line() {
+    let text = r#"
+[server]
+mode = "fast"
+
+[[backends]]
+name = "Bad Name"
+url = "ftp://x"
+
+[[backends]]
+name = "ok"
+command = "x"
+timeout = "soon"
+
+[optimizer]
+max_tools_to_return = 51
+"#;
+    let err = Config::parse(text).unwrap_err();
+    let keys: Vec<(&str, Option<usize>)> =
+        err.problems.iter().map(|p| (p.key.as_str(), p.line)).collect();
+    assert!(keys.contains(&("server.mode", Some(3))), "{err}");
+    assert!(keys.contains(&("backends[0].name", Some(6))), "{err}");
+    assert!(keys.contains(&("backends[0].url", Some(7))), "{err}");
+    assert!(keys.contains(&("backends[1].timeout", Some(12))), "{err}");
+    assert!(keys.contains(&("optimizer.max_tools_to_return", Some(15))), "{err}");
+    assert!(err.to_string().contains("5 problems"), "{err}");
+}
+
+#[test]
+fn duplicate_backend_and_unknown_aggregation_backend() {
+    let text = "[[backends]]\nname = \"a\"\nurl = \"http://x\"\n[[backends]]\nname = \"a\"\nurl = \"http://y\"\n[[aggregation.tools]]\nbackend = \"nope\"\n";
+    let err = Config::parse(text).unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "backends[1].name" && p.line == Some(5)), "{err}");
+    assert!(err.problems.iter().any(|p| p.key == "aggregation.tools[0].backend"), "{err}");
+}
+
+#[test]
+fn header_env_expansion() {
+    // SAFETY: tests in this module do not read this variable concurrently.
+    unsafe { std::env::set_var("TOOLMUX_TEST_TOKEN", "s3cret") };
+    let c = Config::parse(
+        "[[backends]]\nname = \"a\"\nurl = \"http://x\"\nheaders = { Authorization = \"Bearer ${TOOLMUX_TEST_TOKEN}\" }\n",
+    )
+    .unwrap();
+    let Transport::Http { headers, .. } = &c.backends[0].transport else { panic!() };
+    assert_eq!(headers["Authorization"], "Bearer s3cret");
+    let err = Config::parse(
+        "[[backends]]\nname = \"a\"\nurl = \"http://x\"\nheaders = { X = \"${TOOLMUX_SURELY_UNSET_VAR}\" }\n",
+    )
+    .unwrap_err();
+    assert!(err.problems[0].message.contains("TOOLMUX_SURELY_UNSET_VAR"), "{err}");
+}

@@ -1,0 +1,27 @@
+//! toolmux: an MCP gateway. Many backend MCP servers behind one endpoint, in passthrough mode
+//! (every tool, prefixed) or optimizer mode (`find_tool` + `call_tool` over an on-host semantic
+//! index).
+//!
+//! Layers, lowest first; a module imports only from those above it in this list:
+//!
+//! | module     | owns |
+//! |------------|------|
+//! | `config`   | the TOML file → validated [`config::Config`] |
+//! | `catalog`  | tool identity, exposed names, conflict resolution, search text (pure) |
+//! | `embed`    | the sentence model on its own thread, model files, the vector cache |
+//! | `index`    | exact/HNSW dense search, BM25, fusion over dense slot ids |
+//! | `store`    | the shared store: one generation = catalog + vectors + indexes |
+//! | `upstream` | backend MCP clients: connect, list, forward, reconnect |
+//! | `health`   | probes, status, circuit breaker, change notifier |
+//! | `session`  | per-session scope snapshots behind ArcSwap, resync |
+//! | `mcp`      | the MCP surface: passthrough and optimizer handlers |
+//! | `http`     | the axum router: /mcp, /healthz, /readyz, limits |
+//! | `app`      | the composition root: builds and owns everything |
+//!
+//! `demo` holds the built-in demo backends; `eval` the retrieval evaluation.
+
+pub mod catalog;
+pub mod config;
+pub mod embed;
+pub mod index;
+pub mod store;

@@ -1,0 +1,97 @@
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use rmcp::model::Tool;
+use serde_json::json;
+
+use super::*;
+use crate::catalog::{Aggregation, Catalog, Listing};
+use crate::embed::fake::FakeEmbedder;
+use futures::future::BoxFuture;
+
+fn tool(name: &str, desc: &str) -> Tool {
+    let schema = json!({"type": "object"});
+    Tool::new(name.to_string(), desc.to_string(), Arc::new(schema.as_object().unwrap().clone()))
+}
+
+fn catalog() -> Catalog {
+    let tools = [
+        tool("echo", "Repeat back the message it is given"),
+        tool("fetch_url", "Retrieve the content of a web page"),
+        tool("create_pull_request", "Open a pull request on a repository"),
+        tool("send_message", "Post a message to a chat channel"),
+    ];
+    Catalog::resolve(&[Listing { backend: "demo", tools: &tools }], &Aggregation::default()).0
+}
+
+struct Failing;
+impl Embedder for Failing {
+    fn model_id(&self) -> &str {
+        "failing"
+    }
+    fn dim(&self) -> usize {
+        8
+    }
+    fn embed(&self, _: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+        Box::pin(async { Err(EmbedError::Stopped) })
+    }
+}
+
+fn names(g: &Generation, hits: &[Hit]) -> Vec<String> {
+    hits.iter().map(|h| g.catalog.tools()[h.slot as usize].name().to_string()).collect()
+}
+
+#[tokio::test]
+async fn hybrid_search_stays_inside_the_allow_list() {
+    let store = Store::new(Some(Arc::new(FakeEmbedder::default())), None);
+    let g = store.rebuild(catalog()).await;
+    let q = Query { description: "open a pull request".into(), keywords: vec![] };
+    let all = AllowList::all(g.catalog.len());
+    let r = store.search(&g, &all, &q, 8, Ranker::Fused).await;
+    assert_eq!(r.mode, SearchMode::Hybrid);
+    assert_eq!(names(&g, &r.hits)[0], "demo_create_pull_request");
+    assert_eq!(r.hits.len(), 4, "backfilled to every allowed tool");
+
+    let pr = g.catalog.position("demo_create_pull_request").unwrap() as u32;
+    let without = AllowList::from_slots(g.catalog.len(), (0..4).filter(|&s| s != pr));
+    let r = store.search(&g, &without, &q, 8, Ranker::Fused).await;
+    assert!(!names(&g, &r.hits).contains(&"demo_create_pull_request".to_string()));
+    assert!(store.search(&g, &AllowList::none(4), &q, 8, Ranker::Fused).await.hits.is_empty());
+}
+
+#[tokio::test]
+async fn vectors_come_from_the_cache_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Arc::new(FakeEmbedder::default());
+    let cache = VectorCache::open(Some(dir.path()), fake.model_id(), fake.dim()).unwrap();
+    let store = Store::new(Some(fake.clone()), Some(cache));
+    store.rebuild(catalog()).await;
+    assert_eq!(store.counters.texts_embedded.load(Ordering::Relaxed), 4);
+    drop(store);
+
+    let cache = VectorCache::open(Some(dir.path()), fake.model_id(), fake.dim()).unwrap();
+    let store = Store::new(Some(fake), Some(cache));
+    let g = store.rebuild(catalog()).await;
+    assert_eq!(store.counters.texts_embedded.load(Ordering::Relaxed), 0);
+    assert!(g.dense.is_some());
+}
+
+#[tokio::test]
+async fn a_failing_embedder_degrades_to_keyword_search() {
+    let store = Store::new(Some(Arc::new(Failing)), None);
+    let g = store.rebuild(catalog()).await;
+    assert!(g.dense.is_none());
+    let q = Query { description: "web page content".into(), keywords: vec![] };
+    let r = store.search(&g, &AllowList::all(4), &q, 8, Ranker::Fused).await;
+    assert_eq!(r.mode, SearchMode::Keyword);
+    assert_eq!(names(&g, &r.hits), vec!["demo_fetch_url"]);
+}
+
+#[tokio::test]
+async fn keywords_feed_the_keyword_arm() {
+    let store = Store::new(None, None);
+    let g = store.rebuild(catalog()).await;
+    let q = Query { description: "do the thing".into(), keywords: vec!["chat".into()] };
+    let r = store.search(&g, &AllowList::all(4), &q, 8, Ranker::Fused).await;
+    assert_eq!(names(&g, &r.hits), vec!["demo_send_message"]);
+}
