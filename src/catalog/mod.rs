@@ -116,7 +116,7 @@ impl Catalog {
             for tool in listing.tools {
                 let original = tool.name.to_string();
                 if let Some(filter) = rules.and_then(|r| r.filter.as_ref())
-                    && !filter.iter().any(|f| *f == original)
+                    && !filter.contains(&original)
                 {
                     continue;
                 }
@@ -145,10 +145,7 @@ impl Catalog {
                 }
                 owner.insert(exposed.clone(), (tools.len(), backend.clone()));
                 tools.push(CatalogTool::new(
-                    ToolKey {
-                        backend: backend.clone(),
-                        tool: Arc::from(original.as_str()),
-                    },
+                    ToolKey { backend: backend.clone(), tool: Arc::from(original.as_str()) },
                     exposed_tool,
                 ));
             }
@@ -159,11 +156,7 @@ impl Catalog {
     /// Builds a catalog from already-named tools (sorted here; names must be unique).
     pub fn from_tools(mut tools: Vec<CatalogTool>) -> Catalog {
         tools.sort_by(|a, b| a.tool.name.cmp(&b.tool.name));
-        let by_name = tools
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.tool.name.to_string(), i))
-            .collect();
+        let by_name = tools.iter().enumerate().map(|(i, t)| (t.tool.name.to_string(), i)).collect();
         Catalog { tools, by_name }
     }
 
@@ -189,12 +182,7 @@ impl CatalogTool {
     pub fn new(key: ToolKey, tool: Tool) -> Self {
         let tokens = token_weight(&tool);
         let text = text::search_text(&tool);
-        Self {
-            key,
-            tool,
-            tokens,
-            text,
-        }
+        Self { key, tool, tokens, text }
     }
 }
 
@@ -211,11 +199,7 @@ pub fn schema_properties(tool: &Tool) -> Vec<(String, String)> {
     props
         .iter()
         .map(|(name, p)| {
-            let desc = p
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
+            let desc = p.get("description").and_then(Value::as_str).unwrap_or_default().to_string();
             (name.clone(), desc)
         })
         .collect()

@@ -16,10 +16,7 @@ fn names(c: &Catalog) -> Vec<&str> {
 }
 
 fn agg(cr: ConflictResolution) -> Aggregation {
-    Aggregation {
-        conflict_resolution: cr,
-        ..Aggregation::default()
-    }
+    Aggregation { conflict_resolution: cr, ..Aggregation::default() }
 }
 
 #[test]
@@ -70,10 +67,7 @@ fn manual_reports_clash_naming_both_tools_until_overridden() {
         "two".into(),
         BackendTools {
             filter: None,
-            overrides: BTreeMap::from([(
-                "echo".into(),
-                Override { name: Some("echo2".into()), description: None },
-            )]),
+            overrides: BTreeMap::from([("echo".into(), Override { name: Some("echo2".into()), description: None })]),
         },
     );
     let (c, clashes) = Catalog::resolve(&listings, &g);

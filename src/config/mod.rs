@@ -140,11 +140,7 @@ pub struct ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.problems.len();
-        writeln!(
-            f,
-            "invalid configuration ({n} problem{}):",
-            if n == 1 { "" } else { "s" }
-        )?;
+        writeln!(f, "invalid configuration ({n} problem{}):", if n == 1 { "" } else { "s" })?;
         for p in &self.problems {
             writeln!(f, "  {p}")?;
         }
@@ -167,21 +163,11 @@ impl Config {
 
     /// Parses and validates TOML text.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let raw: raw::File = toml::from_str(text).map_err(|e| ConfigError {
-            problems: vec![raw::problem_from_toml(text, &e)],
-        })?;
-        let mut v = Validator {
-            text,
-            problems: Vec::new(),
-        };
+        let raw: raw::File =
+            toml::from_str(text).map_err(|e| ConfigError { problems: vec![raw::problem_from_toml(text, &e)] })?;
+        let mut v = Validator { text, problems: Vec::new() };
         let config = v.validate(raw);
-        if v.problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigError {
-                problems: v.problems,
-            })
-        }
+        if v.problems.is_empty() { Ok(config) } else { Err(ConfigError { problems: v.problems }) }
     }
 }
 
@@ -194,11 +180,7 @@ impl Validator<'_> {
     fn problem(&mut self, key: impl Into<String>, message: impl Into<String>) {
         let key = key.into();
         let line = raw::line_of(self.text, &key);
-        self.problems.push(Problem {
-            key,
-            line,
-            message: message.into(),
-        });
+        self.problems.push(Problem { key, line, message: message.into() });
     }
 
     fn duration(&mut self, key: &str, value: Option<&str>, default: Duration) -> Duration {
@@ -221,13 +203,7 @@ impl Validator<'_> {
         let aggregation = self.aggregation(raw.aggregation.unwrap_or_default(), &names);
         let optimizer = self.optimizer(raw.optimizer.unwrap_or_default());
         let health = self.health(raw.health.unwrap_or_default());
-        Config {
-            server,
-            backends,
-            aggregation,
-            optimizer,
-            health,
-        }
+        Config { server, backends, aggregation, optimizer, health }
     }
 
     fn server(&mut self, raw: raw::Server) -> ServerConfig {
@@ -259,13 +235,7 @@ impl Validator<'_> {
                 DEFAULT_MAX_BODY
             }
         };
-        ServerConfig {
-            listen,
-            path,
-            mode,
-            max_body,
-            allowed_origins: raw.allowed_origins.unwrap_or_default(),
-        }
+        ServerConfig { listen, path, mode, max_body, allowed_origins: raw.allowed_origins.unwrap_or_default() }
     }
 
     fn backends(&mut self, raws: Vec<raw::Backend>) -> Vec<BackendConfig> {
@@ -275,9 +245,7 @@ impl Validator<'_> {
             let key = |k: &str| format!("backends[{i}].{k}");
             let name = b.name.clone();
             if name.is_empty()
-                || !name
-                    .bytes()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-')
+                || !name.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_' || c == b'-')
             {
                 self.problem(key("name"), format!("`{name}` must match [a-z0-9_-]+"));
             } else if !seen.insert(name.clone()) {
@@ -343,19 +311,10 @@ impl Validator<'_> {
                             ),
                         }
                     }
-                    Transport::Stdio {
-                        command,
-                        args: b.args.unwrap_or_default(),
-                        env,
-                        cwd: b.cwd.map(PathBuf::from),
-                    }
+                    Transport::Stdio { command, args: b.args.unwrap_or_default(), env, cwd: b.cwd.map(PathBuf::from) }
                 }
             };
-            out.push(BackendConfig {
-                name,
-                transport,
-                timeout,
-            });
+            out.push(BackendConfig { name, transport, timeout });
         }
         out
     }
@@ -390,15 +349,7 @@ impl Validator<'_> {
                 .overrides
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(tool, o)| {
-                    (
-                        tool,
-                        Override {
-                            name: o.name,
-                            description: o.description,
-                        },
-                    )
-                })
+                .map(|(tool, o)| (tool, Override { name: o.name, description: o.description }))
                 .collect();
             if per_backend.contains_key(&t.backend) {
                 self.problem(
@@ -407,19 +358,9 @@ impl Validator<'_> {
                 );
                 continue;
             }
-            per_backend.insert(
-                t.backend,
-                BackendTools {
-                    filter: t.filter,
-                    overrides,
-                },
-            );
+            per_backend.insert(t.backend, BackendTools { filter: t.filter, overrides });
         }
-        Aggregation {
-            conflict_resolution,
-            prefix_format,
-            per_backend,
-        }
+        Aggregation { conflict_resolution, prefix_format, per_backend }
     }
 
     fn optimizer(&mut self, raw: raw::Optimizer) -> OptimizerConfig {
@@ -455,15 +396,9 @@ impl Validator<'_> {
                 if failure_threshold < 1 {
                     self.problem("health.circuit_breaker.failure_threshold", "must be at least 1");
                 }
-                let timeout = self.duration(
-                    "health.circuit_breaker.timeout",
-                    cb.timeout.as_deref(),
-                    Duration::from_secs(60),
-                );
-                Some(BreakerConfig {
-                    failure_threshold: failure_threshold.max(1) as u32,
-                    timeout,
-                })
+                let timeout =
+                    self.duration("health.circuit_breaker.timeout", cb.timeout.as_deref(), Duration::from_secs(60));
+                Some(BreakerConfig { failure_threshold: failure_threshold.max(1) as u32, timeout })
             }
             _ => None,
         };

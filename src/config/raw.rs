@@ -131,7 +131,7 @@ pub fn line_of(text: &str, path: &str) -> Option<usize> {
             let DeValue::Array(items) = current else {
                 break;
             };
-            let Some(item) = items.iter().nth(i) else {
+            let Some(item) = items.get(i) else {
                 break;
             };
             span = Some(item.span());

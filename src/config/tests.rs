@@ -86,8 +86,7 @@ timeout = "soon"
 max_tools_to_return = 51
 "#;
     let err = Config::parse(text).unwrap_err();
-    let keys: Vec<(&str, Option<usize>)> =
-        err.problems.iter().map(|p| (p.key.as_str(), p.line)).collect();
+    let keys: Vec<(&str, Option<usize>)> = err.problems.iter().map(|p| (p.key.as_str(), p.line)).collect();
     assert!(keys.contains(&("server.mode", Some(3))), "{err}");
     assert!(keys.contains(&("backends[0].name", Some(6))), "{err}");
     assert!(keys.contains(&("backends[0].url", Some(7))), "{err}");

@@ -55,13 +55,7 @@ impl VectorCache {
                 (Some(Mutex::new(BufWriter::new(f))), Some(path))
             }
         };
-        Ok(Self {
-            dim,
-            model_id: model_id.to_string(),
-            map: Mutex::new(map),
-            file,
-            path,
-        })
+        Ok(Self { dim, model_id: model_id.to_string(), map: Mutex::new(map), file, path })
     }
 
     pub fn key(&self, text: &str) -> Key {

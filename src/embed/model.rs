@@ -24,15 +24,9 @@ impl SentenceModel {
         let config: Config = serde_json::from_str(&std::fs::read_to_string(&files.config)?)?;
         let mut tokenizer = Tokenizer::from_file(&files.tokenizer).map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?;
         tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: files.manifest.max_tokens,
-                ..Default::default()
-            }))
+            .with_truncation(Some(TruncationParams { max_length: files.manifest.max_tokens, ..Default::default() }))
             .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?;
-        tokenizer.with_padding(Some(PaddingParams {
-            strategy: PaddingStrategy::BatchLongest,
-            ..Default::default()
-        }));
+        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
         // SAFETY: the weights file was just verified by checksum and is not modified while mapped.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&files.weights], DType::F32, &device)? };
         let model = BertModel::load(vb, &config)?;
@@ -58,10 +52,7 @@ impl SentenceModel {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let enc = self
-            .tokenizer
-            .encode_batch(texts.to_vec(), true)
-            .map_err(|e| anyhow::anyhow!("tokenize: {e}"))?;
+        let enc = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| anyhow::anyhow!("tokenize: {e}"))?;
         let len = enc[0].get_ids().len();
         let mut ids = Vec::with_capacity(texts.len() * len);
         let mut mask = Vec::with_capacity(texts.len() * len);

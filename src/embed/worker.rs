@@ -35,23 +35,14 @@ impl ModelEmbedder {
         let model = SentenceModel::load(files)?;
         let (id, dim) = (model.id().to_string(), model.dim());
         let (tx, mut rx) = mpsc::channel::<Job>(QUEUE_DEPTH);
-        std::thread::Builder::new()
-            .name("toolmux-embed".into())
-            .spawn(move || {
-                while let Some(job) = rx.blocking_recv() {
-                    let texts: Vec<&str> = job.texts.iter().map(String::as_str).collect();
-                    let result = model
-                        .embed_all(&texts, BATCH)
-                        .map_err(|e| EmbedError::Model(e.to_string()));
-                    let _ = job.reply.send(result);
-                }
-            })?;
-        Ok(Self {
-            tx,
-            id,
-            dim,
-            failing: Arc::new(AtomicBool::new(false)),
-        })
+        std::thread::Builder::new().name("toolmux-embed".into()).spawn(move || {
+            while let Some(job) = rx.blocking_recv() {
+                let texts: Vec<&str> = job.texts.iter().map(String::as_str).collect();
+                let result = model.embed_all(&texts, BATCH).map_err(|e| EmbedError::Model(e.to_string()));
+                let _ = job.reply.send(result);
+            }
+        })?;
+        Ok(Self { tx, id, dim, failing: Arc::new(AtomicBool::new(false)) })
     }
 
     /// A switch that makes every later call fail (for fallback tests).

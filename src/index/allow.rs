@@ -14,11 +14,7 @@ pub struct AllowList {
 impl AllowList {
     /// No slot allowed, over a generation of `len` slots.
     pub fn none(len: usize) -> Self {
-        Self {
-            words: vec![0; len.div_ceil(64)].into_boxed_slice(),
-            len,
-            count: 0,
-        }
+        Self { words: vec![0; len.div_ceil(64)].into_boxed_slice(), len, count: 0 }
     }
 
     /// Every slot allowed.

@@ -13,22 +13,86 @@ const B: f32 = 0.75;
 /// Words that carry no signal in tool texts or queries: English function words plus the
 /// schema vocabulary the reference gateway also drops from keyword queries.
 const STOP_WORDS: &[&str] = &[
-    "a", "an", "and", "any", "are", "as", "at", "be", "by", "can", "could", "do", "for", "from",
-    "get", "give", "has", "have", "help", "how", "i", "if", "in", "into", "is", "it", "its", "me",
-    "my", "need", "of", "on", "or", "please", "so", "some", "that", "the", "their", "them", "then",
-    "there", "these", "this", "to", "tool", "use", "want", "was", "we", "what", "when", "which",
-    "with", "would", "you", "your", "name", "description", "schema", "input", "output", "type",
-    "properties", "required", "title", "id", "server", "meta", "data", "content", "text", "value",
-    "field", "parameters",
+    "a",
+    "an",
+    "and",
+    "any",
+    "are",
+    "as",
+    "at",
+    "be",
+    "by",
+    "can",
+    "could",
+    "do",
+    "for",
+    "from",
+    "get",
+    "give",
+    "has",
+    "have",
+    "help",
+    "how",
+    "i",
+    "if",
+    "in",
+    "into",
+    "is",
+    "it",
+    "its",
+    "me",
+    "my",
+    "need",
+    "of",
+    "on",
+    "or",
+    "please",
+    "so",
+    "some",
+    "that",
+    "the",
+    "their",
+    "them",
+    "then",
+    "there",
+    "these",
+    "this",
+    "to",
+    "tool",
+    "use",
+    "want",
+    "was",
+    "we",
+    "what",
+    "when",
+    "which",
+    "with",
+    "would",
+    "you",
+    "your",
+    "name",
+    "description",
+    "schema",
+    "input",
+    "output",
+    "type",
+    "properties",
+    "required",
+    "title",
+    "id",
+    "server",
+    "meta",
+    "data",
+    "content",
+    "text",
+    "value",
+    "field",
+    "parameters",
 ];
 
 /// Index terms of a text: split, lower-cased, stop words dropped, plurals folded.
 pub fn terms(text: &str) -> Vec<String> {
-    words(text)
-        .into_iter()
-        .filter(|w| !STOP_WORDS.contains(&w.as_str()))
-        .map(fold_plural)
-        .collect()
+    words(text).into_iter().filter(|w| !STOP_WORDS.contains(&w.as_str())).map(fold_plural).collect()
 }
 
 /// `requests` → `request`, `queries` → `query`, `boxes` → `box`; leaves `status`, `class` alone.
@@ -72,11 +136,7 @@ impl Bm25Index {
                 postings.entry(t).or_default().push((slot as Slot, n));
             }
         }
-        let avg_len = if doc_len.is_empty() {
-            1.0
-        } else {
-            doc_len.iter().sum::<u32>() as f32 / doc_len.len() as f32
-        };
+        let avg_len = if doc_len.is_empty() { 1.0 } else { doc_len.iter().sum::<u32>() as f32 / doc_len.len() as f32 };
         Self { postings, doc_len, avg_len: avg_len.max(1.0) }
     }
 

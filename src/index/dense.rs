@@ -77,7 +77,7 @@ impl std::fmt::Debug for DenseIndex {
 impl DenseIndex {
     /// Takes slot-major unit vectors; builds a graph when there are at least `graph_min` of them.
     pub fn build(dim: usize, data: Vec<f32>, graph_min: usize) -> Self {
-        assert!(dim > 0 && data.len() % dim == 0, "vectors must be {dim}-dimensional");
+        assert!(dim > 0 && data.len().is_multiple_of(dim), "vectors must be {dim}-dimensional");
         let len = data.len() / dim;
         let graph = (len >= graph_min && len > 0).then(|| {
             let g = Hnsw::new(HNSW_M, len, 16, HNSW_EF_CONSTRUCTION, ClampedDot);
@@ -143,10 +143,7 @@ impl DenseIndex {
                 .map(|(v, slot)| Hit { slot, score: dot(query, v) })
                 .collect()
         } else {
-            allow
-                .iter()
-                .map(|slot| Hit { slot, score: dot(query, self.vector(slot)) })
-                .collect()
+            allow.iter().map(|slot| Hit { slot, score: dot(query, self.vector(slot)) }).collect()
         };
         top_k(hits, k)
     }

@@ -52,12 +52,7 @@ impl std::fmt::Debug for Generation {
 
 impl Generation {
     pub fn empty() -> Self {
-        Self {
-            id: 0,
-            catalog: Catalog::default(),
-            dense: None,
-            keyword: Bm25Index::default(),
-        }
+        Self { id: 0, catalog: Catalog::default(), dense: None, keyword: Bm25Index::default() }
     }
 }
 
@@ -217,7 +212,14 @@ impl Store {
     }
 
     /// Ranks the allowed tools of `generation` for `query`; at most `n` hits.
-    pub async fn search(&self, generation: &Generation, allow: &AllowList, query: &Query, n: usize, ranker: Ranker) -> SearchResult {
+    pub async fn search(
+        &self,
+        generation: &Generation,
+        allow: &AllowList,
+        query: &Query,
+        n: usize,
+        ranker: Ranker,
+    ) -> SearchResult {
         if allow.is_empty() || n == 0 {
             return SearchResult { hits: Vec::new(), mode: SearchMode::Hybrid, plan: None };
         }
@@ -242,11 +244,9 @@ impl Store {
             _ => None,
         };
         match (dense, ranker) {
-            (Some((d, plan)), Ranker::DenseOnly) => SearchResult {
-                hits: d.into_iter().take(n).collect(),
-                mode: SearchMode::Dense,
-                plan: Some(plan),
-            },
+            (Some((d, plan)), Ranker::DenseOnly) => {
+                SearchResult { hits: d.into_iter().take(n).collect(), mode: SearchMode::Dense, plan: Some(plan) }
+            }
             (Some((d, plan)), _) => {
                 let k = keyword();
                 SearchResult {
@@ -255,11 +255,9 @@ impl Store {
                     plan: Some(plan),
                 }
             }
-            (None, _) => SearchResult {
-                hits: keyword().into_iter().take(n).collect(),
-                mode: SearchMode::Keyword,
-                plan: None,
-            },
+            (None, _) => {
+                SearchResult { hits: keyword().into_iter().take(n).collect(), mode: SearchMode::Keyword, plan: None }
+            }
         }
     }
 }
