@@ -20,8 +20,16 @@
 //!
 //! `demo` holds the built-in demo backends; `eval` the retrieval evaluation.
 
+pub mod app;
 pub mod catalog;
 pub mod config;
+pub mod demo;
 pub mod embed;
+pub mod eval;
+pub mod health;
+pub mod http;
 pub mod index;
+pub mod mcp;
+pub mod session;
 pub mod store;
+pub mod upstream;

@@ -1,1 +1,179 @@
-fn main() {}
+//! The `toolmux` command: parse arguments, load the config, run, map errors to exit codes
+//! (0 ok, 1 runtime failure, 2 bad configuration or missing model).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use toolmux::app::{App, Options};
+use toolmux::config::{Config, ConfigError};
+use toolmux::embed::files::FilesError;
+
+#[derive(Parser)]
+#[command(
+    name = "toolmux",
+    version,
+    about = "An MCP gateway: many MCP servers behind one endpoint, with on-host tool search"
+)]
+struct Cli {
+    /// Log level or filter (overrides RUST_LOG), e.g. info, debug, toolmux=trace.
+    #[arg(long, global = true)]
+    log_level: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+        /// Serve one client over stdin/stdout instead of HTTP.
+        #[arg(long)]
+        stdio: bool,
+    },
+    /// Validate a configuration file: exit 0, or 2 with every problem named by key and line.
+    CheckConfig { file: PathBuf },
+    /// Start the backends, build the index, print the tools find_tool would return, and exit.
+    Find {
+        #[arg(long)]
+        config: PathBuf,
+        query: String,
+        /// Keywords for the keyword arm.
+        #[arg(long = "keyword")]
+        keywords: Vec<String>,
+    },
+    /// Run the gateway in front of the built-in demo backends.
+    Demo {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:4483")]
+        listen: String,
+        #[arg(long, default_value = "optimizer")]
+        mode: String,
+    },
+    /// Serve one built-in demo backend (for tests and trying things out).
+    Backend {
+        name: String,
+        /// Listen for streamable HTTP here (port 0 picks one; the address is printed).
+        #[arg(long, conflicts_with = "stdio")]
+        listen: Option<String>,
+        #[arg(long)]
+        stdio: bool,
+    },
+    /// Measure find_tool's ranking over a catalog and queries (see docs/search.md).
+    Eval {
+        #[arg(long)]
+        tools: PathBuf,
+        #[arg(long)]
+        queries: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Write every query's ranking here, one JSON object a line.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Model folder (defaults as for optimizer.model_dir).
+        #[arg(long)]
+        model_dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = cli
+        .log_level
+        .clone()
+        .map(tracing_subscriber::EnvFilter::new)
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match runtime.block_on(run(cli.command)) {
+        Ok(code) => code,
+        Err(err) => {
+            let code = if err.downcast_ref::<ConfigError>().is_some() || err.downcast_ref::<FilesError>().is_some() {
+                2
+            } else {
+                1
+            };
+            eprintln!("toolmux: {err:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::CheckConfig { file } => {
+            let c = Config::load(&file)?;
+            println!("{}: ok ({} backends, {:?} mode)", file.display(), c.backends.len(), c.server.mode);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve { config, stdio } => {
+            let config = Config::load(&config)?;
+            if stdio {
+                toolmux::app::serve_stdio(config).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let path = config.server.path.clone();
+            let app = App::start(config, Options::default()).await?;
+            let addr = app.addr.expect("serving HTTP");
+            println!("toolmux listening on http://{addr}{path}");
+            serve_until_signal(app).await
+        }
+        Command::Find { config, query, keywords } => {
+            let config = Config::load(&config)?;
+            let app = App::start(config, Options { http: false, ..Options::default() }).await?;
+            if !app.ready(Duration::from_secs(60)).await {
+                anyhow::bail!("backends did not all answer within 60 s");
+            }
+            let out = toolmux::app::find(&app, &query, keywords).await;
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            app.shutdown().await;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { listen, mode } => {
+            let app = toolmux::app::demo(&listen, &mode).await?;
+            let addr = app.addr.expect("serving HTTP");
+            println!(
+                "toolmux demo: {} backends, connect an MCP client to http://{addr}/mcp",
+                app.gateway.upstream.backends.len()
+            );
+            serve_until_signal(app).await
+        }
+        Command::Backend { name, listen, stdio } => {
+            let backend = toolmux::demo::backend(&name)
+                .ok_or_else(|| anyhow::anyhow!("no demo backend `{name}`; try github, slack, echo or testkit"))?;
+            if stdio || listen.is_none() {
+                toolmux::demo::serve_stdio(backend).await?;
+            } else {
+                let listener = tokio::net::TcpListener::bind(listen.as_deref().unwrap_or("127.0.0.1:0")).await?;
+                println!("http://{}/mcp", listener.local_addr()?);
+                toolmux::demo::serve_http(backend, listener, tokio_util::sync::CancellationToken::new()).await?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Eval { tools, queries, k, out, model_dir } => {
+            toolmux::eval::run(&tools, &queries, k, out.as_deref(), model_dir.as_deref()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn serve_until_signal(app: App) -> anyhow::Result<ExitCode> {
+    if !app.ready(Duration::from_secs(60)).await {
+        tracing::warn!("not every backend answered within 60 s; serving the ones that did");
+    }
+    let clashes = app.clashes();
+    if !clashes.is_empty() {
+        for c in &clashes {
+            eprintln!("toolmux: configuration error: {c}");
+        }
+        app.shutdown().await;
+        return Ok(ExitCode::from(2));
+    }
+    tokio::signal::ctrl_c().await?;
+    tracing::info!("shutting down");
+    app.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,248 @@
+//! The composition root: builds every part from a [`Config`], owns every long-lived task
+//! (backend supervisors, health watchers, the catalog task, the HTTP server), reports readiness,
+//! and shuts down in order: cancel → stop accepting → drain within a deadline.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::catalog::{Catalog, Clash, Listing};
+use crate::config::{Config, Mode};
+use crate::embed::Embedder;
+use crate::embed::cache::{self, VectorCache};
+use crate::embed::files;
+use crate::embed::worker::ModelEmbedder;
+use crate::health::Monitor;
+use crate::mcp::Gateway;
+use crate::mcp::gateway::Parts;
+use crate::session::{AllowAll, Policy};
+use crate::store::Store;
+use crate::upstream::{NoRelay, Upstream};
+
+/// How long shutdown waits for tasks to finish.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Which embedder the store gets.
+pub enum EmbedderChoice {
+    /// Load the configured model (optimizer mode); none in passthrough mode.
+    FromConfig,
+    /// Use this one (tests, benchmarks).
+    Given(Arc<dyn Embedder>),
+    /// Keyword search only.
+    None,
+}
+
+pub struct Options {
+    pub embedder: EmbedderChoice,
+    pub policy: Arc<dyn Policy>,
+    /// Serve HTTP (false for `toolmux find` and stdio serving).
+    pub http: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { embedder: EmbedderChoice::FromConfig, policy: Arc::new(AllowAll), http: true }
+    }
+}
+
+/// A running gateway.
+pub struct App {
+    pub gateway: Arc<Gateway>,
+    /// The bound HTTP address, when serving HTTP.
+    pub addr: Option<SocketAddr>,
+    clashes: Arc<Mutex<Vec<Clash>>>,
+    ct: CancellationToken,
+    tasks: TaskTracker,
+}
+
+/// Loads the configured model, with an error that says what to run when it is missing.
+pub fn load_embedder(config: &Config) -> anyhow::Result<Arc<ModelEmbedder>> {
+    let roots = files::default_model_roots();
+    let files = files::locate(&config.optimizer.model, config.optimizer.model_dir.as_deref(), &roots, true)?;
+    tracing::info!(model = %files.manifest.id, source = %files.source, "model files verified");
+    Ok(Arc::new(ModelEmbedder::start(&files)?))
+}
+
+impl App {
+    pub async fn start(config: Config, opts: Options) -> anyhow::Result<App> {
+        let ct = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        let embedder: Option<Arc<dyn Embedder>> = match opts.embedder {
+            EmbedderChoice::FromConfig if config.server.mode == Mode::Optimizer => Some(load_embedder(&config)?),
+            EmbedderChoice::FromConfig | EmbedderChoice::None => None,
+            EmbedderChoice::Given(e) => Some(e),
+        };
+        let vector_cache = match &embedder {
+            Some(e) => {
+                let dir: Option<PathBuf> = config.optimizer.cache_dir.clone().or_else(cache::default_dir);
+                match VectorCache::open(dir.as_deref(), e.model_id(), e.dim()) {
+                    Ok(c) => Some(c),
+                    Err(err) => {
+                        tracing::warn!(%err, "vector cache unavailable; vectors kept in memory only");
+                        VectorCache::open(None, e.model_id(), e.dim()).ok()
+                    }
+                }
+            }
+            None => None,
+        };
+        let store = Arc::new(Store::new(embedder, vector_cache));
+        let upstream = Arc::new(Upstream::new(&config.backends, Arc::new(NoRelay)));
+        let health = Monitor::new(config.health.clone(), &upstream);
+        let gateway = Gateway::new(Parts {
+            mode: config.server.mode,
+            max_tools: config.optimizer.max_tools_to_return,
+            find_tool_description: config.optimizer.find_tool_description.clone(),
+            aggregation: config.aggregation.clone(),
+            store,
+            upstream: upstream.clone(),
+            health: health.clone(),
+            policy: opts.policy,
+            ct: ct.clone(),
+        });
+
+        for b in &upstream.backends {
+            tasks.spawn(b.clone().supervise(ct.child_token()));
+            tasks.spawn(health.clone().watch_backend(b.clone(), upstream.subscribe(), ct.child_token()));
+        }
+        let clashes = Arc::new(Mutex::new(Vec::new()));
+        tasks.spawn(catalog_task(gateway.clone(), clashes.clone(), ct.child_token()));
+
+        let addr = if opts.http {
+            let listener = tokio::net::TcpListener::bind(config.server.listen)
+                .await
+                .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
+            let addr = listener.local_addr()?;
+            let router = crate::http::router(gateway.clone(), &config.server, addr, &ct);
+            let stop = ct.clone();
+            tasks.spawn(async move {
+                if let Err(err) =
+                    axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled().await }).await
+                {
+                    tracing::error!(%err, "HTTP server failed");
+                }
+            });
+            Some(addr)
+        } else {
+            None
+        };
+        Ok(App { gateway, addr, clashes, ct, tasks })
+    }
+
+    /// Waits until every backend was tried once and the index is built (or `timeout` passes).
+    pub async fn ready(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !self.gateway.is_ready() {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        true
+    }
+
+    /// Name clashes that `manual` conflict resolution could not settle, in the current catalog.
+    pub fn clashes(&self) -> Vec<Clash> {
+        self.clashes.lock().expect("clashes lock").clone()
+    }
+
+    pub fn cancellation(&self) -> CancellationToken {
+        self.ct.clone()
+    }
+
+    /// Stops everything, waiting up to a deadline for tasks to drain.
+    pub async fn shutdown(self) {
+        self.ct.cancel();
+        self.tasks.close();
+        if tokio::time::timeout(DRAIN, self.tasks.wait()).await.is_err() {
+            tracing::warn!("some tasks did not stop within {DRAIN:?}");
+        }
+    }
+}
+
+/// Rebuilds the store when the backends' tools change and tells sessions when their scope may
+/// have changed (new generation, or a backend's advertisability flipped). Sole writer of the
+/// store's generations.
+async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: CancellationToken) {
+    let mut backends = gw.upstream.subscribe();
+    let mut health = gw.health.subscribe();
+    let mut first = true;
+    loop {
+        if !first {
+            tokio::select! {
+                _ = ct.cancelled() => return,
+                r = backends.changed() => if r.is_err() { return },
+                r = health.changed() => if r.is_err() { return },
+            }
+        }
+        first = false;
+        // Read before the listings: ready means the index covers every backend's first answer.
+        let all_tried = gw.upstream.all_tried();
+        let listings: Vec<_> = gw.upstream.backends.iter().map(|b| (b.name().to_string(), b.listing())).collect();
+        let views: Vec<Listing<'_>> = listings.iter().map(|(n, l)| Listing { backend: n, tools: &l.tools }).collect();
+        let (catalog, found) = Catalog::resolve(&views, &gw.aggregation);
+        for c in &found {
+            tracing::error!("{c}");
+        }
+        *clashes.lock().expect("clashes lock") = found;
+        let current = gw.store.current();
+        if current.id == 0 || !same_catalog(&current.catalog, &catalog) {
+            gw.store.rebuild(catalog).await;
+        }
+        gw.scopes_changed();
+        if !gw.is_ready() && all_tried {
+            gw.set_ready();
+            tracing::info!(tools = gw.store.current().catalog.len(), "ready");
+        }
+    }
+}
+
+fn same_catalog(a: &Catalog, b: &Catalog) -> bool {
+    a.len() == b.len() && a.tools().iter().zip(b.tools()).all(|(x, y)| x.key == y.key && x.tool == y.tool)
+}
+
+/// Serves one client over stdin/stdout (for desktop clients that launch their servers).
+pub async fn serve_stdio(config: Config) -> anyhow::Result<()> {
+    use rmcp::ServiceExt;
+    let app = App::start(config, Options { http: false, ..Options::default() }).await?;
+    app.ready(Duration::from_secs(60)).await;
+    let service = crate::mcp::GatewayHandler::new(app.gateway.clone()).serve(rmcp::transport::stdio()).await?;
+    let _ = service.waiting().await;
+    app.shutdown().await;
+    Ok(())
+}
+
+/// What find_tool would answer an anonymous caller now, as JSON.
+pub async fn find(app: &App, query: &str, keywords: Vec<String>) -> serde_json::Value {
+    let mut args = serde_json::Map::new();
+    args.insert("tool_description".into(), query.into());
+    args.insert("tool_keywords".into(), keywords.into());
+    let snap = app.gateway.scope_for(&crate::session::Caller::anonymous());
+    let handler = crate::mcp::GatewayHandler::new(app.gateway.clone());
+    let r = handler.find_tool(Some(&args), &snap).await;
+    r.structured_content.unwrap_or_else(|| serde_json::json!({"error": format!("{:?}", r.content)}))
+}
+
+/// Starts every built-in demo backend on a free loopback port and the gateway in front of them.
+pub async fn demo(listen: &str, mode: &str) -> anyhow::Result<App> {
+    let servers = CancellationToken::new();
+    let mut toml = format!("[server]\nlisten = \"{listen}\"\nmode = \"{mode}\"\n");
+    for b in crate::demo::backends() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        toml.push_str(&format!("[[backends]]\nname = \"{}\"\nurl = \"http://{addr}/mcp\"\n", b.name));
+        tokio::spawn(crate::demo::serve_http(b, listener, servers.child_token()));
+    }
+    let config = Config::parse(&toml)?;
+    let app = App::start(config, Options::default()).await?;
+    let stop = app.cancellation();
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        servers.cancel();
+    });
+    Ok(app)
+}

@@ -1,0 +1,379 @@
+//! The MCP server one client talks to. rmcp makes one [`GatewayHandler`] per session (protocol
+//! 2025-11-25) or per request (2026-07-28, stateless); either way every request loads one
+//! snapshot and uses it to the end.
+//!
+//! Errors reach the wire through the `*_error` functions at the bottom: each internal error kind
+//! maps to exactly one JSON-RPC error or tool result.
+
+use std::collections::HashSet;
+use std::sync::{Arc, OnceLock};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams, GetPromptResponse, Implementation,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, Prompt, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler};
+use sha2::{Digest, Sha256};
+
+use super::gateway::Gateway;
+use super::meta::{self, CALL_TOOL, FIND_TOOL, TokenMetrics, Unavailable};
+use crate::catalog::ConflictResolution;
+use crate::config::Mode;
+use crate::index::{AllowList, Slot};
+use crate::session::{Caller, SessionHandle, Snapshot};
+use crate::store::{Query, Ranker};
+use crate::upstream::{Backend, CallError};
+
+pub struct GatewayHandler {
+    gw: Arc<Gateway>,
+    /// Set at initialize; stays empty for stateless requests.
+    session: OnceLock<Arc<SessionHandle>>,
+}
+
+impl GatewayHandler {
+    pub fn new(gw: Arc<Gateway>) -> Self {
+        Self { gw, session: OnceLock::new() }
+    }
+
+    fn snapshot(&self, ctx: &RequestContext<RoleServer>) -> Arc<Snapshot> {
+        match self.session.get() {
+            Some(s) => s.snapshot(),
+            None => self.gw.stateless_snapshot(&caller_of(ctx)),
+        }
+    }
+
+    fn advertisable_backends(&self) -> impl Iterator<Item = &Arc<Backend>> {
+        self.gw.upstream.backends.iter().filter(|b| self.gw.advertisable(b.name()))
+    }
+
+    /// find_tool over `snap` (also used by `toolmux find`).
+    pub async fn find_tool(&self, args: Option<&rmcp::model::JsonObject>, snap: &Snapshot) -> CallToolResult {
+        let args = match meta::parse_find(args) {
+            Ok(a) => a,
+            Err(msg) => return meta::error_result(msg),
+        };
+        let query = Query { description: args.description, keywords: args.keywords };
+        let n = self.gw.max_tools;
+        let generation = &snap.generation;
+        let result = self.gw.store.search(generation, &snap.allow, &query, n, Ranker::Fused).await;
+        let tools: Vec<&Tool> = result.hits.iter().map(|h| &generation.catalog.tools()[h.slot as usize].tool).collect();
+        let returned: u64 = result.hits.iter().map(|h| generation.catalog.tools()[h.slot as usize].tokens).sum();
+        let unavailable = self.unavailable(snap, &query, &result.hits).await;
+        let mode =
+            serde_json::to_value(result.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        meta::find_result(tools, TokenMetrics::new(snap.baseline_tokens, returned), &mode, unavailable)
+    }
+
+    /// Matches among tools whose backend is down: those that would rank with the returned ones.
+    async fn unavailable(&self, snap: &Snapshot, query: &Query, returned: &[crate::index::Hit]) -> Vec<Unavailable> {
+        let generation = &snap.generation;
+        let tools = generation.catalog.tools();
+        let down: Vec<Slot> = (0..tools.len() as Slot)
+            .filter(|&s| !snap.allow.contains(s) && !self.gw.advertisable(&tools[s as usize].key.backend))
+            .collect();
+        if down.is_empty() {
+            return Vec::new();
+        }
+        let union = AllowList::from_slots(tools.len(), snap.allow.iter().chain(down.iter().copied()));
+        let n = self.gw.max_tools;
+        let ranked = self.gw.store.search(generation, &union, query, n, Ranker::Fused).await;
+        let returned: HashSet<Slot> = returned.iter().map(|h| h.slot).collect();
+        ranked
+            .hits
+            .iter()
+            .filter(|h| !returned.contains(&h.slot) && !snap.allow.contains(h.slot))
+            .map(|h| {
+                let t = &tools[h.slot as usize];
+                let health = self.gw.health.health(&t.key.backend);
+                Unavailable {
+                    name: t.name().to_string(),
+                    backend: t.key.backend.to_string(),
+                    status: health.as_ref().map_or("unknown".into(), |h| format!("{:?}", h.status).to_lowercase()),
+                    since_secs: health.map_or(0, |h| h.since_secs),
+                    next_retry_secs: None,
+                }
+            })
+            .collect()
+    }
+
+    async fn forward_call(
+        &self,
+        snap: &Snapshot,
+        name: &str,
+        mut params: CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let Some(tool) = snap.tool(name) else {
+            return match self.gw.mode {
+                Mode::Optimizer => Ok(meta::error_result(format!(
+                    "tool not found: {name}. Use find_tool to search for the tool you need, then call it by the exact name it returns."
+                ))),
+                Mode::Passthrough => Err(ErrorData::invalid_params(format!("tool not found: {name}"), None)),
+            };
+        };
+        let Some(backend) = self.gw.upstream.get(&tool.key.backend) else {
+            return Ok(meta::error_result(format!("tool not found: {name}")));
+        };
+        params.name = tool.key.tool.to_string().into();
+        match backend.call_tool(params, &ctx.ct).await {
+            Ok(r) => Ok(r),
+            Err(e) => call_error(self.gw.mode, e),
+        }
+    }
+}
+
+/// A stable, non-secret key for the caller: a hash of its credentials, if any.
+fn caller_of(ctx: &RequestContext<RoleServer>) -> Caller {
+    let auth = ctx
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|p| p.headers.get(http::header::AUTHORIZATION))
+        .map(|v| v.as_bytes().to_vec());
+    match auth {
+        Some(a) => Caller { key: crate::embed::files::hex(&Sha256::digest(&a)[..16]) },
+        None => Caller::anonymous(),
+    }
+}
+
+impl ServerHandler for GatewayHandler {
+    fn get_info(&self) -> ServerConfig {
+        let mut caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_resources()
+            .enable_prompts()
+            .build();
+        if self.gw.mode == Mode::Optimizer {
+            caps.tools = Some(Default::default());
+        }
+        ServerConfig::new(caps)
+            .with_server_info(Implementation::new("toolmux", env!("CARGO_PKG_VERSION")))
+            .with_instructions(match self.gw.mode {
+                Mode::Optimizer => "Tools are found on demand: call find_tool with the capability you need, then call_tool with the name it returns.",
+                Mode::Passthrough => "Every backend tool is listed; names carry the backend they come from.",
+            })
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let session = self.gw.open_session(caller_of(&context));
+        session.set_peer(context.peer.clone());
+        let _ = self.session.set(session);
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let tools = match self.gw.mode {
+            Mode::Optimizer => vec![meta::find_tool(self.gw.find_tool_description.as_deref()), meta::call_tool()],
+            Mode::Passthrough => self.snapshot(&context).tools().map(|t| t.tool.clone()).collect(),
+        };
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let snap = self.snapshot(&context);
+        let result = match self.gw.mode {
+            Mode::Passthrough => {
+                let name = request.name.to_string();
+                self.forward_call(&snap, &name, request, &context).await?
+            }
+            Mode::Optimizer => match request.name.as_ref() {
+                FIND_TOOL => self.find_tool(request.arguments.as_ref(), &snap).await,
+                CALL_TOOL => match meta::parse_call(request.arguments.as_ref()) {
+                    Err(msg) => meta::error_result(msg),
+                    Ok(args) => {
+                        let mut inner =
+                            CallToolRequestParams::new(args.tool_name.clone()).with_arguments(args.parameters);
+                        inner.meta = request.meta.clone();
+                        self.forward_call(&snap, &args.tool_name, inner, &context).await?
+                    }
+                },
+                other => meta::error_result(format!(
+                    "unknown tool `{other}`: this gateway offers find_tool (to search) and call_tool (to run what find_tool returns)"
+                )),
+            },
+        };
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for b in self.advertisable_backends() {
+            for r in &b.listing().resources {
+                if seen.insert(r.uri.clone()) {
+                    out.push(r.clone());
+                }
+            }
+        }
+        Ok(ListResourcesResult::with_all_items(out))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for b in self.advertisable_backends() {
+            for t in &b.listing().templates {
+                if seen.insert(t.uri_template.clone()) {
+                    out.push(t.clone());
+                }
+            }
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(out))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let uri = request.uri.clone();
+        let owner = self
+            .advertisable_backends()
+            .find(|b| b.listing().resources.iter().any(|r| r.uri == uri))
+            .or_else(|| {
+                self.advertisable_backends()
+                    .find(|b| b.listing().templates.iter().any(|t| template_matches(&t.uri_template, &uri)))
+            })
+            .cloned();
+        let Some(backend) = owner else {
+            return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
+        };
+        match backend.read_resource(request, &context.ct).await {
+            Ok(r) => Ok(r.into()),
+            Err(e) => Err(wire_error(e)),
+        }
+    }
+
+    async fn list_prompts(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(self.prompts().into_iter().map(|(p, _, _)| p).collect()))
+    }
+
+    async fn get_prompt(
+        &self,
+        mut request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let Some((_, backend, original)) = self.prompts().into_iter().find(|(p, _, _)| p.name == request.name) else {
+            return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
+        };
+        request.name = original;
+        match backend.get_prompt(request, &context.ct).await {
+            Ok(r) => Ok(r.into()),
+            Err(e) => Err(wire_error(e)),
+        }
+    }
+}
+
+impl GatewayHandler {
+    /// Exposed prompts with their backend and original name; named like tools.
+    fn prompts(&self) -> Vec<(Prompt, Arc<Backend>, String)> {
+        let agg = &self.gw.aggregation;
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for b in self.advertisable_backends() {
+            for p in &b.listing().prompts {
+                let name = match agg.conflict_resolution {
+                    ConflictResolution::Prefix => {
+                        format!("{}{}", agg.prefix_format.replace("{backend}", b.name()), p.name)
+                    }
+                    _ => p.name.clone(),
+                };
+                if seen.insert(name.clone()) {
+                    let mut exposed = p.clone();
+                    exposed.name = name;
+                    out.push((exposed, b.clone(), p.name.clone()));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Whether `uri` fits an RFC 6570 template, matching literal parts and letting each `{…}` take
+/// any non-empty run.
+pub fn template_matches(template: &str, uri: &str) -> bool {
+    let mut rest = uri;
+    let mut parts = template.split('{');
+    let Some(first) = parts.next() else { return false };
+    let Some(r) = rest.strip_prefix(first) else { return false };
+    rest = r;
+    for part in parts {
+        let Some((_, literal)) = part.split_once('}') else { return false };
+        if literal.is_empty() {
+            return !rest.is_empty();
+        }
+        match rest.find(literal) {
+            Some(i) if i > 0 => rest = &rest[i + literal.len()..],
+            _ => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+/// A failed forwarded tool call, as the client sees it.
+fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {
+    match e {
+        // The backend's own JSON-RPC error: passthrough carries it as it is; in optimizer mode
+        // the model gets its text as a tool error it can act on.
+        CallError::Remote { error, backend } => match mode {
+            Mode::Passthrough => Err(error),
+            Mode::Optimizer => {
+                Ok(meta::error_result(format!("backend `{backend}` rejected the call: {}", error.message)))
+            }
+        },
+        CallError::Cancelled => Err(ErrorData::internal_error("the request was cancelled", None)),
+        e @ (CallError::NotConnected { .. } | CallError::Timeout { .. } | CallError::ConnectionLost { .. }) => {
+            Ok(meta::error_result(e.to_string()))
+        }
+    }
+}
+
+/// A failed forwarded resource or prompt request.
+fn wire_error(e: CallError) -> ErrorData {
+    match e {
+        CallError::Remote { error, .. } => error,
+        other => ErrorData::internal_error(other.to_string(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::template_matches;
+
+    #[test]
+    fn templates_match_literal_parts() {
+        assert!(template_matches("test://template/{id}/data", "test://template/42/data"));
+        assert!(!template_matches("test://template/{id}/data", "test://template//data"));
+        assert!(!template_matches("test://template/{id}/data", "test://other/42/data"));
+        assert!(template_matches("file:///{path}", "file:///a/b.txt"));
+        assert!(!template_matches("file:///{path}", "file:///"));
+    }
+}

@@ -1,0 +1,221 @@
+//! The two optimizer meta-tools: their definitions (names and input schemas as the reference
+//! gateway's users know them), the parsing of their arguments with call_tool's leniency, and the
+//! shape of find_tool's answer. Pure: no I/O.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotations};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+pub const FIND_TOOL: &str = "find_tool";
+pub const CALL_TOOL: &str = "call_tool";
+
+pub const FIND_TOOL_DESCRIPTION: &str = "Find the tools that can do a task. Describe the capability you need in plain language \
+(tool_description) and optionally give keywords (tool_keywords); returns the best-matching tools with their full \
+input schemas. Then run one with call_tool. Call this before call_tool whenever you need a tool you have not \
+found yet.";
+pub const CALL_TOOL_DESCRIPTION: &str = "Run a tool found by find_tool. Give its exact name as tool_name and its \
+arguments, matching the tool's inputSchema, as parameters. Returns the tool's own result.";
+
+fn schema(v: Value) -> Arc<JsonObject> {
+    Arc::new(v.as_object().cloned().expect("schema literal is an object"))
+}
+
+/// `find_tool`, with an optional operator-written description (hinting at what is available).
+pub fn find_tool(description: Option<&str>) -> Tool {
+    Tool::new(
+        FIND_TOOL,
+        description.unwrap_or(FIND_TOOL_DESCRIPTION).to_string(),
+        schema(json!({
+            "type": "object",
+            "properties": {
+                "tool_description": {
+                    "type": "string",
+                    "description": "The capability you need, in natural language, e.g. \"create a pull request on a code repository\"."
+                },
+                "tool_keywords": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Optional keywords for the keyword search, e.g. [\"github\", \"pull request\"]."
+                }
+            },
+            "required": ["tool_description"]
+        })),
+    )
+    .with_annotations(ToolAnnotations::new().read_only(true).open_world(false))
+}
+
+pub fn call_tool() -> Tool {
+    Tool::new(
+        CALL_TOOL,
+        CALL_TOOL_DESCRIPTION,
+        schema(json!({
+            "type": "object",
+            "properties": {
+                "tool_name": {
+                    "type": "string",
+                    "description": "The exact name of a tool returned by find_tool."
+                },
+                "parameters": {
+                    "type": "object",
+                    "description": "The tool's arguments, matching its inputSchema."
+                }
+            },
+            "required": ["tool_name", "parameters"]
+        })),
+    )
+}
+
+/// A tool error result: what went wrong and how to fix the call.
+pub fn error_result(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message.into())])
+}
+
+/// find_tool's arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FindArgs {
+    pub description: String,
+    pub keywords: Vec<String>,
+}
+
+pub fn parse_find(args: Option<&JsonObject>) -> Result<FindArgs, String> {
+    let empty = Map::new();
+    let args = args.unwrap_or(&empty);
+    let description = match get_ci(args, "tool_description") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
+        Some(Value::String(_)) | None | Some(Value::Null) => return Err("tool_description is required".into()),
+        Some(other) => {
+            return Err(format!(
+                "tool_description must be a string describing the capability you need; got {}",
+                kind(other)
+            ));
+        }
+    };
+    let keywords = match get_ci(args, "tool_keywords") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+        // A single string is read as space-separated keywords rather than refused.
+        Some(Value::String(s)) => s.split_whitespace().map(str::to_string).collect(),
+        Some(other) => return Err(format!("tool_keywords must be an array of strings; got {}", kind(other))),
+    };
+    Ok(FindArgs { description, keywords })
+}
+
+/// call_tool's arguments, after leniency.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallArgs {
+    pub tool_name: String,
+    pub parameters: JsonObject,
+}
+
+/// Reads `tool_name` and `parameters`, case-insensitively. A name missing at the top level is
+/// taken from inside `parameters` (and removed from the forwarded arguments); a top-level name
+/// always wins.
+pub fn parse_call(args: Option<&JsonObject>) -> Result<CallArgs, String> {
+    let empty = Map::new();
+    let args = args.unwrap_or(&empty);
+    let mut parameters = match get_ci(args, "parameters") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(p)) => p.clone(),
+        Some(other) => {
+            return Err(format!(
+                "parameters must be an object holding the tool's arguments, e.g. {{\"tool_name\": \"<name from find_tool>\", \"parameters\": {{\"input\": \"hello\"}}}}; got {}",
+                kind(other)
+            ));
+        }
+    };
+    let top = get_ci(args, "tool_name").and_then(Value::as_str).filter(|s| !s.is_empty());
+    let nested_key = parameters.keys().find(|k| k.eq_ignore_ascii_case("tool_name")).cloned();
+    let tool_name = match (top, nested_key) {
+        (Some(name), nested) => {
+            if let Some(k) = nested
+                && parameters.get(&k).and_then(Value::as_str) == Some(name)
+            {
+                parameters.remove(&k);
+            }
+            name.to_string()
+        }
+        (None, Some(k)) => match parameters.remove(&k) {
+            Some(Value::String(s)) if !s.is_empty() => s,
+            _ => return Err(missing_name(args)),
+        },
+        (None, None) => return Err(missing_name(args)),
+    };
+    Ok(CallArgs { tool_name, parameters })
+}
+
+fn missing_name(args: &JsonObject) -> String {
+    let keys: Vec<&str> = args.keys().map(String::as_str).collect();
+    format!(
+        "tool_name is required. Call call_tool as {{\"tool_name\": \"<name from find_tool>\", \"parameters\": {{…the tool's arguments…}}}}; the call had keys [{}]",
+        keys.join(", ")
+    )
+}
+
+fn get_ci<'a>(args: &'a JsonObject, key: &str) -> Option<&'a Value> {
+    args.get(key).or_else(|| args.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v))
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenMetrics {
+    pub baseline_tokens: u64,
+    pub returned_tokens: u64,
+    pub savings_percent: f64,
+}
+
+impl TokenMetrics {
+    pub fn new(baseline: u64, returned: u64) -> Self {
+        let savings =
+            if baseline == 0 { 0.0 } else { (baseline.saturating_sub(returned)) as f64 / baseline as f64 * 100.0 };
+        Self {
+            baseline_tokens: baseline,
+            returned_tokens: returned,
+            savings_percent: (savings * 100.0).round() / 100.0,
+        }
+    }
+}
+
+/// A matched tool that cannot be used now, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unavailable {
+    pub name: String,
+    pub backend: String,
+    pub status: String,
+    /// Seconds since the backend entered that status.
+    pub since_secs: u64,
+    /// Seconds until the next connection attempt or probe, where known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_retry_secs: Option<u64>,
+}
+
+/// find_tool's answer, as JSON text and as structuredContent.
+pub fn find_result(
+    tools: Vec<&Tool>,
+    metrics: TokenMetrics,
+    mode: &str,
+    unavailable: Vec<Unavailable>,
+) -> CallToolResult {
+    let mut body = json!({
+        "tools": tools,
+        "token_metrics": metrics,
+        "search_mode": mode,
+    });
+    if !unavailable.is_empty() {
+        body["unavailable"] = serde_json::to_value(unavailable).expect("serialisable");
+    }
+    let mut r = CallToolResult::success(vec![ContentBlock::text(body.to_string())]);
+    r.structured_content = Some(body);
+    r
+}

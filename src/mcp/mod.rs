@@ -1,0 +1,12 @@
+//! The MCP surface: the per-session handler for both modes, the meta-tools, and the gateway
+//! state they share.
+
+pub mod gateway;
+pub mod handler;
+pub mod meta;
+
+pub use gateway::Gateway;
+pub use handler::GatewayHandler;
+
+#[cfg(test)]
+mod tests;

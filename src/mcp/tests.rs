@@ -1,0 +1,62 @@
+use serde_json::json;
+
+use super::meta::*;
+
+fn obj(v: serde_json::Value) -> rmcp::model::JsonObject {
+    v.as_object().unwrap().clone()
+}
+
+#[test]
+fn call_tool_takes_a_nested_name_and_removes_it() {
+    let a = parse_call(Some(&obj(json!({"parameters": {"tool_name": "echo", "input": "hellonested"}})))).unwrap();
+    assert_eq!(a.tool_name, "echo");
+    assert_eq!(serde_json::Value::Object(a.parameters), json!({"input": "hellonested"}));
+}
+
+#[test]
+fn call_tool_keys_are_case_insensitive_and_top_level_wins() {
+    let a = parse_call(Some(&obj(json!({"Tool_Name": "a", "Parameters": {"tool_name": "b", "x": 1}})))).unwrap();
+    assert_eq!(a.tool_name, "a");
+    assert_eq!(a.parameters.get("tool_name"), Some(&json!("b")), "a different nested name is an argument");
+    assert_eq!(a.parameters.get("x"), Some(&json!(1)));
+}
+
+#[test]
+fn call_tool_missing_name_shows_the_shape_and_keys_never_values() {
+    let e = parse_call(Some(&obj(json!({"name": "secret-value", "args": {}})))).unwrap_err();
+    assert!(e.contains("\"tool_name\": \"<name from find_tool>\""), "{e}");
+    assert!(e.contains("[args, name]") || e.contains("[name, args]"), "{e}");
+    assert!(!e.contains("secret-value"), "{e}");
+    let e = parse_call(None).unwrap_err();
+    assert!(e.starts_with("tool_name is required"), "{e}");
+}
+
+#[test]
+fn call_tool_non_object_parameters_say_so() {
+    let e = parse_call(Some(&obj(json!({"tool_name": "x", "parameters": "input=1"})))).unwrap_err();
+    assert!(e.contains("parameters must be an object") && e.contains("got a string"), "{e}");
+}
+
+#[test]
+fn find_tool_requires_a_description() {
+    assert_eq!(parse_find(Some(&obj(json!({"tool_description": "  "})))).unwrap_err(), "tool_description is required");
+    assert_eq!(parse_find(None).unwrap_err(), "tool_description is required");
+    let a = parse_find(Some(&obj(json!({"tool_description": "echo", "tool_keywords": ["a", "b"]})))).unwrap();
+    assert_eq!(a.keywords, vec!["a", "b"]);
+}
+
+#[test]
+fn token_metrics_savings() {
+    let m = TokenMetrics::new(1000, 250);
+    assert_eq!(m.savings_percent, 75.0);
+    assert_eq!(TokenMetrics::new(0, 0).savings_percent, 0.0);
+}
+
+#[test]
+fn find_result_carries_the_same_json_twice_and_tools_is_always_an_array() {
+    let r = find_result(vec![], TokenMetrics::new(10, 0), "hybrid", vec![]);
+    let sc = r.structured_content.clone().unwrap();
+    assert_eq!(sc["tools"], json!([]));
+    let text = r.content[0].as_text().unwrap().text.clone();
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), sc);
+}

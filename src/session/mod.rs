@@ -1,0 +1,196 @@
+//! Per-session scope: which tools a session may see and call, as one immutable [`Snapshot`]
+//! behind an `ArcSwap` in a stable [`SessionHandle`]. A request loads the snapshot once and uses
+//! it to the end, so a swap never changes a call in flight.
+//!
+//! [`scope`] is the one function that computes a scope, for sessions and stateless callers alike:
+//! the generation's tools, narrowed to advertisable backends and by a [`Policy`]. Building a
+//! snapshot runs no model and contacts no backend.
+
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwap;
+use rmcp::service::{Peer, RoleServer};
+
+use crate::catalog::CatalogTool;
+use crate::index::{AllowList, Slot};
+use crate::store::Generation;
+
+/// Who is asking. Sessions and stateless callers both have one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Caller {
+    /// A stable, non-secret key (e.g. a hash of the credentials), or `anonymous`.
+    pub key: String,
+}
+
+impl Caller {
+    pub fn anonymous() -> Self {
+        Self { key: "anonymous".into() }
+    }
+}
+
+/// Narrows a caller's scope beyond backend health; the hook authorization plugs into.
+pub trait Policy: Send + Sync + 'static {
+    fn allows(&self, caller: &Caller, tool: &CatalogTool) -> bool;
+}
+
+/// Allows every tool to every caller.
+pub struct AllowAll;
+
+impl Policy for AllowAll {
+    fn allows(&self, _: &Caller, _: &CatalogTool) -> bool {
+        true
+    }
+}
+
+/// An immutable view of the tools one caller may use, over one generation.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub generation: Arc<Generation>,
+    pub allow: AllowList,
+    /// Token weight of every allowed tool: find_tool's baseline.
+    pub baseline_tokens: u64,
+}
+
+impl Snapshot {
+    pub fn empty() -> Self {
+        let generation = Arc::new(Generation::empty());
+        Self { generation, allow: AllowList::none(0), baseline_tokens: 0 }
+    }
+
+    /// The allowed tool exposed under `name`, if any.
+    pub fn tool(&self, name: &str) -> Option<&CatalogTool> {
+        let pos = self.generation.catalog.position(name)?;
+        self.allow.contains(pos as Slot).then(|| &self.generation.catalog.tools()[pos])
+    }
+
+    /// Allowed tools in catalog (name) order.
+    pub fn tools(&self) -> impl Iterator<Item = &CatalogTool> {
+        let tools = self.generation.catalog.tools();
+        self.allow.iter().map(move |s| &tools[s as usize])
+    }
+
+    /// Bytes this snapshot holds beyond the shared generation.
+    pub fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.allow.heap_bytes()
+    }
+
+    /// True if both allow the same tool names (what passthrough clients see).
+    pub fn same_tools(&self, other: &Snapshot) -> bool {
+        self.tools().map(|t| (t.name(), &t.tool)).eq(other.tools().map(|t| (t.name(), &t.tool)))
+    }
+}
+
+/// Computes a caller's scope over `generation`.
+pub fn scope(
+    generation: Arc<Generation>,
+    advertisable: &dyn Fn(&str) -> bool,
+    policy: &dyn Policy,
+    caller: &Caller,
+) -> Snapshot {
+    let tools = generation.catalog.tools();
+    let mut allow = AllowList::none(tools.len());
+    let mut baseline_tokens = 0;
+    for (slot, t) in tools.iter().enumerate() {
+        if advertisable(&t.key.backend) && policy.allows(caller, t) {
+            allow.insert(slot as Slot);
+            baseline_tokens += t.tokens;
+        }
+    }
+    Snapshot { generation, allow, baseline_tokens }
+}
+
+/// One session's stable state: its current snapshot and the peer to notify.
+pub struct SessionHandle {
+    pub caller: Caller,
+    /// Swapped only by the session's resync worker (and once at creation).
+    scope: ArcSwap<Snapshot>,
+    /// The client, for notifications; set at initialize.
+    peer: OnceLock<Peer<RoleServer>>,
+}
+
+impl SessionHandle {
+    pub fn new(caller: Caller, snapshot: Snapshot) -> Arc<Self> {
+        Arc::new(Self { caller, scope: ArcSwap::from_pointee(snapshot), peer: OnceLock::new() })
+    }
+
+    /// The snapshot to use for one whole request.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.scope.load_full()
+    }
+
+    /// Installs a new snapshot, returning the one it replaced.
+    pub fn swap(&self, next: Arc<Snapshot>) -> Arc<Snapshot> {
+        self.scope.swap(next)
+    }
+
+    pub fn set_peer(&self, peer: Peer<RoleServer>) {
+        let _ = self.peer.set(peer);
+    }
+
+    pub fn peer(&self) -> Option<&Peer<RoleServer>> {
+        self.peer.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Aggregation, Catalog, Listing};
+    use rmcp::model::Tool;
+
+    fn generation() -> Arc<Generation> {
+        let schema = Arc::new(serde_json::Map::new());
+        let a = [Tool::new("echo", "Echo", schema.clone()), Tool::new("add", "Add", schema.clone())];
+        let b = [Tool::new("echo", "Echo", schema)];
+        let (catalog, _) = Catalog::resolve(
+            &[Listing { backend: "stable", tools: &a }, Listing { backend: "unstable", tools: &b }],
+            &Aggregation::default(),
+        );
+        let mut g = Generation::empty();
+        g.catalog = catalog;
+        Arc::new(g)
+    }
+
+    struct OnlyEcho;
+    impl Policy for OnlyEcho {
+        fn allows(&self, _: &Caller, t: &CatalogTool) -> bool {
+            &*t.key.tool == "echo"
+        }
+    }
+
+    #[test]
+    fn scope_narrows_by_health_and_policy() {
+        let g = generation();
+        let caller = Caller::anonymous();
+        let s = scope(g.clone(), &|b| b == "stable", &AllowAll, &caller);
+        let names: Vec<_> = s.tools().map(|t| t.name().to_string()).collect();
+        assert_eq!(names, vec!["stable_add", "stable_echo"]);
+        assert!(s.tool("unstable_echo").is_none());
+        assert!(s.tool("stable_echo").is_some());
+        let total: u64 = s.tools().map(|t| t.tokens).sum();
+        assert_eq!(s.baseline_tokens, total);
+
+        let s = scope(g.clone(), &|_| true, &OnlyEcho, &caller);
+        assert_eq!(s.tools().count(), 2);
+        let none = scope(g, &|_| false, &AllowAll, &caller);
+        assert_eq!(none.tools().count(), 0);
+        assert_eq!(none.baseline_tokens, 0);
+    }
+
+    #[test]
+    fn snapshot_memory_is_a_bit_per_tool() {
+        let s = scope(generation(), &|_| true, &AllowAll, &Caller::anonymous());
+        // Three tools: one 64-bit word of bits plus the fixed header.
+        assert!(s.heap_bytes() <= 8 + 1024, "{}", s.heap_bytes());
+    }
+
+    #[test]
+    fn a_swap_leaves_a_loaded_snapshot_alone() {
+        let g = generation();
+        let h = SessionHandle::new(Caller::anonymous(), scope(g.clone(), &|_| true, &AllowAll, &Caller::anonymous()));
+        let in_flight = h.snapshot();
+        h.swap(Arc::new(scope(g, &|b| b == "stable", &AllowAll, &Caller::anonymous())));
+        assert!(in_flight.tool("unstable_echo").is_some());
+        assert!(h.snapshot().tool("unstable_echo").is_none());
+    }
+}

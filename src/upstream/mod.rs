@@ -1,0 +1,361 @@
+//! Backend MCP servers, as an rmcp client sees them: streamable HTTP or a stdio child process.
+//!
+//! Each [`Backend`] is driven by one supervisor task ([`Backend::supervise`]): connect,
+//! initialize, list tools (all pages), resources, templates and prompts, then wait until the
+//! connection ends or the backend says its tools changed; reconnect with backoff. A backend that
+//! is down at start only delays itself. The last listing is kept while the backend is down, so a
+//! recovery with an unchanged catalog needs no re-embedding.
+//!
+//! Forwarded calls carry the backend's `timeout` and the client's cancellation: dropping the
+//! rmcp request future sends `notifications/cancelled` to the backend.
+
+mod client;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use arc_swap::{ArcSwap, ArcSwapOption};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, GetPromptRequestParams, GetPromptResult, Prompt, ReadResourceRequestParams,
+    ReadResourceResult, Resource, ResourceTemplate, Tool,
+};
+use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
+use rmcp::{ErrorData, ServiceExt};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{BackendConfig, Transport};
+
+pub use client::UpstreamClient;
+
+/// First and last reconnect delays.
+const BACKOFF_START: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Deadline for connect + initialize + listing.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a backend offers, as last listed.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    pub tools: Vec<Tool>,
+    pub resources: Vec<Resource>,
+    pub templates: Vec<ResourceTemplate>,
+    pub prompts: Vec<Prompt>,
+}
+
+/// Why a forwarded request did not produce a result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    #[error("backend `{backend}` is not connected; it is being retried")]
+    NotConnected { backend: String },
+    #[error("backend `{backend}` did not answer within {}", humantime::format_duration(*after))]
+    Timeout { backend: String, after: Duration },
+    #[error("backend `{backend}` lost its connection during the call: {detail}")]
+    ConnectionLost { backend: String, detail: String },
+    #[error("the call was cancelled by the client")]
+    Cancelled,
+    /// The backend answered with a JSON-RPC error.
+    #[error("backend `{backend}` returned an error: {}", error.message)]
+    Remote { backend: String, error: ErrorData },
+}
+
+/// A backend's connection, for the rest of the gateway.
+pub struct Backend {
+    pub config: BackendConfig,
+    /// Set by the supervisor while connected; read by callers.
+    peer: ArcSwapOption<Peer<RoleClient>>,
+    /// Written only by the supervisor.
+    listing: ArcSwap<Listing>,
+    /// True once the first connection attempt has finished, either way.
+    tried: AtomicBool,
+    /// Rung by [`UpstreamClient`] when the backend reports a list change.
+    relist: Arc<Notify>,
+    /// Rung when a call saw the connection fail, to reconnect without waiting out the backoff.
+    suspect: Notify,
+    /// Shared with every backend: bumped on any listing or connection change.
+    changes: watch::Sender<u64>,
+    /// Server-to-client traffic (notifications, requests) relayed to the gateway's sessions.
+    relay: Arc<dyn client::Relay>,
+}
+
+impl Backend {
+    pub fn new(config: BackendConfig, changes: watch::Sender<u64>, relay: Arc<dyn client::Relay>) -> Arc<Self> {
+        Arc::new(Self {
+            config,
+            peer: ArcSwapOption::empty(),
+            listing: ArcSwap::from_pointee(Listing::default()),
+            tried: AtomicBool::new(false),
+            relist: Arc::new(Notify::new()),
+            suspect: Notify::new(),
+            changes,
+            relay,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.peer.load().is_some()
+    }
+
+    pub fn was_tried(&self) -> bool {
+        self.tried.load(Ordering::Acquire)
+    }
+
+    pub fn listing(&self) -> Arc<Listing> {
+        self.listing.load_full()
+    }
+
+    pub fn peer(&self) -> Option<Arc<Peer<RoleClient>>> {
+        self.peer.load_full()
+    }
+
+    fn bump(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Connects and reconnects until `ct` is cancelled.
+    pub async fn supervise(self: Arc<Self>, ct: CancellationToken) {
+        let mut backoff = BACKOFF_START;
+        loop {
+            let attempt = tokio::time::timeout(CONNECT_TIMEOUT, self.connect());
+            let outcome = tokio::select! {
+                _ = ct.cancelled() => return,
+                r = attempt => r.unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {CONNECT_TIMEOUT:?}"))),
+            };
+            match outcome {
+                Ok((service, listing)) => {
+                    tracing::info!(backend = self.name(), tools = listing.tools.len(), "backend connected");
+                    backoff = BACKOFF_START;
+                    self.listing.store(Arc::new(listing));
+                    // A suspicion raised before this connection existed is not about it.
+                    let _ = futures::FutureExt::now_or_never(self.suspect.notified());
+                    self.peer.store(Some(Arc::new(service.peer().clone())));
+                    self.tried.store(true, Ordering::Release);
+                    self.bump();
+                    let stopped = self.serve_connection(service, &ct).await;
+                    self.peer.store(None);
+                    self.bump();
+                    if stopped {
+                        return;
+                    }
+                    tracing::warn!(backend = self.name(), "backend connection lost; reconnecting");
+                }
+                Err(err) => {
+                    let first = !self.tried.swap(true, Ordering::AcqRel);
+                    tracing::warn!(backend = self.name(), error = %format!("{err:#}"), retry_in = ?backoff, "backend unavailable");
+                    if first {
+                        self.bump();
+                    }
+                }
+            }
+            tokio::select! {
+                _ = ct.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+                _ = self.suspect.notified() => {}
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    /// Waits for the connection to end, re-listing on change notifications. True if `ct` ended it.
+    async fn serve_connection(
+        &self,
+        service: RunningService<RoleClient, UpstreamClient>,
+        ct: &CancellationToken,
+    ) -> bool {
+        let peer = service.peer().clone();
+        let closed = service.cancellation_token();
+        let mut waiting = Box::pin(service.waiting());
+        loop {
+            tokio::select! {
+                _ = ct.cancelled() => {
+                    closed.cancel();
+                    let _ = waiting.await;
+                    return true;
+                }
+                _ = &mut waiting => return false,
+                _ = self.suspect.notified() => {
+                    // A call or probe saw this connection fail: drop it and connect afresh.
+                    closed.cancel();
+                    let _ = waiting.await;
+                    return false;
+                }
+                _ = self.relist.notified() => {
+                    match tokio::time::timeout(CONNECT_TIMEOUT, list_everything(&peer)).await {
+                        Ok(Ok(listing)) => {
+                            tracing::info!(backend = self.name(), tools = listing.tools.len(), "backend re-listed after a change notification");
+                            self.listing.store(Arc::new(listing));
+                            self.bump();
+                        }
+                        Ok(Err(err)) => tracing::warn!(backend = self.name(), %err, "re-listing failed"),
+                        Err(_) => tracing::warn!(backend = self.name(), "re-listing timed out"),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn connect(&self) -> anyhow::Result<(RunningService<RoleClient, UpstreamClient>, Listing)> {
+        let handler = UpstreamClient::new(self.name().to_string(), self.relist.clone(), self.relay.clone());
+        let service = match &self.config.transport {
+            Transport::Http { url, headers } => {
+                use rmcp::transport::StreamableHttpClientTransport;
+                use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+                let mut cfg = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                let mut custom = HashMap::new();
+                for (k, v) in headers {
+                    if k.eq_ignore_ascii_case("authorization") {
+                        let token = v.strip_prefix("Bearer ").unwrap_or(v);
+                        cfg = cfg.auth_header(token.to_string());
+                    } else {
+                        custom
+                            .insert(http::HeaderName::try_from(k.as_str())?, http::HeaderValue::try_from(v.as_str())?);
+                    }
+                }
+                let cfg = cfg.custom_headers(custom);
+                handler.serve(StreamableHttpClientTransport::from_config(cfg)).await?
+            }
+            Transport::Stdio { command, args, env, cwd } => {
+                use rmcp::transport::TokioChildProcess;
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args).envs(env).kill_on_drop(true);
+                if let Some(cwd) = cwd {
+                    cmd.current_dir(cwd);
+                }
+                let transport =
+                    TokioChildProcess::new(cmd).map_err(|e| anyhow::anyhow!("cannot start `{command}`: {e}"))?;
+                handler.serve(transport).await?
+            }
+        };
+        let listing = list_everything(service.peer()).await?;
+        Ok((service, listing))
+    }
+
+    /// Tells the supervisor a call saw the connection fail.
+    pub fn mark_suspect(&self) {
+        self.suspect.notify_one();
+    }
+
+    fn map_error(&self, e: ServiceError) -> CallError {
+        let backend = self.name().to_string();
+        match e {
+            ServiceError::McpError(error) => CallError::Remote { backend, error },
+            ServiceError::Timeout { timeout } => CallError::Timeout { backend, after: timeout },
+            ServiceError::Cancelled { .. } => CallError::Cancelled,
+            other => {
+                self.mark_suspect();
+                CallError::ConnectionLost { backend, detail: other.to_string() }
+            }
+        }
+    }
+
+    /// Runs `f` against the live peer with the backend's timeout, giving up if `ct` fires.
+    async fn forward<T, F, Fut>(&self, ct: &CancellationToken, f: F) -> Result<T, CallError>
+    where
+        F: FnOnce(Arc<Peer<RoleClient>>) -> Fut,
+        Fut: Future<Output = Result<T, ServiceError>>,
+    {
+        let peer = self.peer().ok_or_else(|| CallError::NotConnected { backend: self.name().to_string() })?;
+        let timeout = self.config.timeout;
+        tokio::select! {
+            _ = ct.cancelled() => Err(CallError::Cancelled),
+            r = tokio::time::timeout(timeout, f(peer)) => match r {
+                Err(_) => Err(CallError::Timeout { backend: self.name().to_string(), after: timeout }),
+                Ok(r) => r.map_err(|e| self.map_error(e)),
+            },
+        }
+    }
+
+    pub async fn call_tool(
+        &self,
+        params: CallToolRequestParams,
+        ct: &CancellationToken,
+    ) -> Result<CallToolResult, CallError> {
+        self.forward(ct, |p| async move { p.call_tool(params).await }).await
+    }
+
+    pub async fn read_resource(
+        &self,
+        params: ReadResourceRequestParams,
+        ct: &CancellationToken,
+    ) -> Result<ReadResourceResult, CallError> {
+        self.forward(ct, |p| async move { p.read_resource(params).await }).await
+    }
+
+    pub async fn get_prompt(
+        &self,
+        params: GetPromptRequestParams,
+        ct: &CancellationToken,
+    ) -> Result<GetPromptResult, CallError> {
+        self.forward(ct, |p| async move { p.get_prompt(params).await }).await
+    }
+
+    /// One health probe: a ping-equivalent round trip (tools/list) on the live connection.
+    pub async fn probe(&self, timeout: Duration) -> Result<Duration, CallError> {
+        let start = tokio::time::Instant::now();
+        let peer = self.peer().ok_or_else(|| CallError::NotConnected { backend: self.name().to_string() })?;
+        let outcome = match tokio::time::timeout(timeout, peer.list_tools(None)).await {
+            Err(_) => Err(CallError::Timeout { backend: self.name().to_string(), after: timeout }),
+            Ok(Err(e)) => Err(self.map_error(e)),
+            Ok(Ok(_)) => Ok(start.elapsed()),
+        };
+        if outcome.is_err() {
+            self.mark_suspect();
+        }
+        outcome
+    }
+}
+
+async fn list_everything(peer: &Peer<RoleClient>) -> anyhow::Result<Listing> {
+    let caps = peer.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
+    let tools = if caps.tools.is_some() { peer.list_all_tools().await? } else { Vec::new() };
+    let (mut resources, mut templates, mut prompts) = (Vec::new(), Vec::new(), Vec::new());
+    if caps.resources.is_some() {
+        resources = peer.list_all_resources().await.unwrap_or_else(|e| {
+            tracing::warn!(%e, "resources/list failed");
+            Vec::new()
+        });
+        templates = peer.list_all_resource_templates().await.unwrap_or_default();
+    }
+    if caps.prompts.is_some() {
+        prompts = peer.list_all_prompts().await.unwrap_or_else(|e| {
+            tracing::warn!(%e, "prompts/list failed");
+            Vec::new()
+        });
+    }
+    Ok(Listing { tools, resources, templates, prompts })
+}
+
+/// Every configured backend.
+pub struct Upstream {
+    pub backends: Vec<Arc<Backend>>,
+    changes: watch::Sender<u64>,
+}
+
+impl Upstream {
+    pub fn new(configs: &[BackendConfig], relay: Arc<dyn client::Relay>) -> Self {
+        let (changes, _) = watch::channel(0);
+        let backends = configs.iter().map(|c| Backend::new(c.clone(), changes.clone(), relay.clone())).collect();
+        Self { backends, changes }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.backends.iter().find(|b| b.name() == name)
+    }
+
+    /// Ticks whenever any backend's listing or connection changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    pub fn all_tried(&self) -> bool {
+        self.backends.iter().all(|b| b.was_tried())
+    }
+}
+
+pub use client::{NoRelay, Relay};
