@@ -1,0 +1,135 @@
+//! Built-in demo backends: MCP servers modelled on the ones people connect (a code host, chat,
+//! an issue tracker, files, a SQL database, a calendar, a cloud, monitoring, …) with realistic
+//! tools that return plausible results. `toolmux demo` puts the gateway in front of them; tests
+//! and benchmarks use the same servers, plus the `testkit` backend whose tools misbehave on
+//! purpose (sleep, exit mid-call, add a tool at run time).
+
+mod server;
+
+use std::sync::Arc;
+
+use rmcp::model::Tool;
+use serde_json::{Map, Value, json};
+
+pub use server::{DemoServer, serve_http, serve_stdio};
+
+const CATALOG: &str = include_str!("catalog.txt");
+
+/// One demo backend's definition.
+#[derive(Debug, Clone)]
+pub struct DemoBackend {
+    pub name: String,
+    pub description: String,
+    pub tools: Vec<Tool>,
+}
+
+/// Every demo backend in the built-in catalog (not `testkit`).
+pub fn backends() -> Vec<DemoBackend> {
+    parse(CATALOG).expect("the built-in demo catalog parses")
+}
+
+/// A demo backend by name, `testkit` included.
+pub fn backend(name: &str) -> Option<DemoBackend> {
+    if name == "testkit" {
+        return Some(testkit());
+    }
+    backends().into_iter().find(|b| b.name == name)
+}
+
+/// Tools whose behaviour tests rely on.
+fn testkit() -> DemoBackend {
+    let text = "== testkit | Test tools that misbehave on purpose\n\
+        echo | Repeat or echo back a message exactly as given. | input*: The message to echo back\n\
+        sleep | Wait for a number of milliseconds, then answer. | ms*:integer: How long to wait\n\
+        exit | Exit the server process at once, in the middle of the call. | \n\
+        add_tool | Add a tool to this server at run time and announce the change. | name*: The new tool's name\n";
+    parse(text).expect("testkit parses").remove(0)
+}
+
+/// Parses the catalog format described at the top of `catalog.txt`.
+pub fn parse(text: &str) -> Result<Vec<DemoBackend>, String> {
+    let mut out: Vec<DemoBackend> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("==") {
+            let (name, description) =
+                rest.split_once('|').ok_or(format!("line {}: backend needs `| description`", i + 1))?;
+            out.push(DemoBackend {
+                name: name.trim().into(),
+                description: description.trim().into(),
+                tools: Vec::new(),
+            });
+            continue;
+        }
+        let backend = out.last_mut().ok_or(format!("line {}: tool before any backend", i + 1))?;
+        let mut fields = line.splitn(3, '|');
+        let name = fields.next().unwrap_or_default().trim();
+        let description = fields.next().ok_or(format!("line {}: tool needs a description", i + 1))?.trim();
+        let params = fields.next().unwrap_or_default().trim();
+        backend.tools.push(tool(name, description, params).map_err(|e| format!("line {}: {e}", i + 1))?);
+    }
+    Ok(out)
+}
+
+fn tool(name: &str, description: &str, params: &str) -> Result<Tool, String> {
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    for p in params.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        // `name*:type: description`: the head ends at the first colon followed by a space.
+        let (head, desc) = p.split_once(": ").unwrap_or((p, ""));
+        let desc = desc.trim();
+        let (pname, ty) = head.split_once(':').unwrap_or((head, "string"));
+        let (pname, req) = match pname.strip_suffix('*') {
+            Some(n) => (n, true),
+            None => (pname, false),
+        };
+        if !is_type(ty) {
+            return Err(format!("parameter `{pname}` has unknown type `{ty}`"));
+        }
+        let mut schema = json!({"type": ty, "description": desc});
+        if ty == "array" {
+            schema["items"] = json!({"type": "string"});
+        }
+        properties.insert(pname.to_string(), schema);
+        if req {
+            required.push(Value::String(pname.to_string()));
+        }
+    }
+    let schema = json!({"type": "object", "properties": properties, "required": required});
+    Ok(Tool::new(name.to_string(), description.to_string(), Arc::new(schema.as_object().cloned().unwrap_or_default())))
+}
+
+fn is_type(t: &str) -> bool {
+    matches!(t, "string" | "integer" | "number" | "boolean" | "array" | "object")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_catalog_is_large_and_well_formed() {
+        let bs = backends();
+        assert!(bs.len() >= 8, "{} backends", bs.len());
+        let n: usize = bs.iter().map(|b| b.tools.len()).sum();
+        assert!(n >= 150, "{n} tools");
+        let pr = bs
+            .iter()
+            .find(|b| b.name == "github")
+            .unwrap()
+            .tools
+            .iter()
+            .find(|t| t.name == "create_pull_request")
+            .unwrap();
+        let schema = Value::Object((*pr.input_schema).clone());
+        assert_eq!(schema["properties"]["draft"]["type"], "boolean");
+        assert_eq!(schema["properties"]["owner"]["description"], "Repository owner, a user or organisation");
+        assert!(schema["required"].as_array().unwrap().contains(&json!("head")));
+        assert!(!schema["required"].as_array().unwrap().contains(&json!("body")));
+        let sleep = backend("testkit").unwrap().tools.into_iter().find(|t| t.name == "sleep").unwrap();
+        assert_eq!(Value::Object((*sleep.input_schema).clone())["properties"]["ms"]["type"], "integer");
+    }
+}

@@ -1,0 +1,269 @@
+//! A demo backend as a real MCP server (rmcp), over streamable HTTP or stdio.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, Prompt, PromptArgument, PromptMessage, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::DemoBackend;
+
+struct Shared {
+    name: String,
+    description: String,
+    /// Grows when `add_tool` is called; shared by every session of this server.
+    tools: Mutex<Vec<Tool>>,
+    /// Connected clients, told when the tools change.
+    peers: Mutex<Vec<Peer<RoleServer>>>,
+}
+
+#[derive(Clone)]
+pub struct DemoServer {
+    shared: Arc<Shared>,
+}
+
+impl DemoServer {
+    pub fn new(backend: DemoBackend) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                name: backend.name,
+                description: backend.description,
+                tools: Mutex::new(backend.tools),
+                peers: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    fn tools(&self) -> Vec<Tool> {
+        self.shared.tools.lock().expect("tools lock").clone()
+    }
+
+    async fn add_tool(&self, name: &str) -> CallToolResult {
+        let tool = super::tool(name, &format!("A tool added at run time to {}", self.shared.name), "input: Anything")
+            .expect("a plain tool parses");
+        self.shared.tools.lock().expect("tools lock").push(tool);
+        let peers = self.shared.peers.lock().expect("peers lock").clone();
+        for p in peers {
+            let _ = p.notify_tool_list_changed().await;
+        }
+        text(format!("added tool {name}"))
+    }
+}
+
+fn text(s: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(s.into())])
+}
+
+impl ServerHandler for DemoServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_resources()
+                .enable_prompts()
+                .build(),
+        )
+        .with_server_info(Implementation::new(format!("demo-{}", self.shared.name), env!("CARGO_PKG_VERSION")))
+        .with_instructions(self.shared.description.clone())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let mut peers = self.shared.peers.lock().expect("peers lock");
+        peers.retain(|p| !p.is_transport_closed());
+        peers.push(context.peer);
+    }
+
+    async fn list_tools(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(tool) = self.tools().into_iter().find(|t| t.name == request.name) else {
+            return Err(ErrorData::invalid_params(format!("unknown tool `{}`", request.name), None));
+        };
+        let args = request.arguments.unwrap_or_default();
+        if let Err(msg) = check_arguments(&tool, &args) {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(msg)]).into());
+        }
+        let arg = |k: &str| args.get(k).cloned().unwrap_or(Value::Null);
+        let result = match tool.name.as_ref() {
+            "echo" => text(arg("input").as_str().unwrap_or_default()),
+            "sleep" => {
+                let ms = arg("ms").as_u64().unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                text(format!("slept {ms} ms"))
+            }
+            "exit" => std::process::exit(3),
+            "add_tool" => self.add_tool(arg("name").as_str().unwrap_or("added")).await,
+            "get_current_time" => text(format!("{:?}", std::time::SystemTime::now())),
+            name => {
+                let body = plausible(&self.shared.name, name, &args);
+                let mut r = text(body.to_string());
+                r.structured_content = Some(body);
+                r
+            }
+        };
+        Ok(result.into())
+    }
+
+    async fn list_resources(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let name = &self.shared.name;
+        let mut r = Resource::new(format!("demo://{name}/about"), format!("{name}-about"));
+        r.description = Some(format!("What the {name} demo backend offers"));
+        r.mime_type = Some("text/plain".into());
+        Ok(ListResourcesResult::with_all_items(vec![r]))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let name = &self.shared.name;
+        let t = ResourceTemplate::new(format!("demo://{name}/items/{{id}}"), format!("{name}-item"));
+        Ok(ListResourceTemplatesResult::with_all_items(vec![t]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let name = &self.shared.name;
+        let uri = request.uri;
+        let body = if uri == format!("demo://{name}/about") {
+            format!("{}: {}", name, self.shared.description)
+        } else if let Some(id) = uri.strip_prefix(&format!("demo://{name}/items/")) {
+            json!({"id": id, "backend": name, "title": format!("Item {id}")}).to_string()
+        } else {
+            return Err(ErrorData::resource_not_found(format!("no resource {uri}"), None));
+        };
+        Ok(ReadResourceResult::new(vec![ResourceContents::text(body, uri)]).into())
+    }
+
+    async fn list_prompts(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let mut arg = PromptArgument::new("topic");
+        arg.required = Some(true);
+        let p =
+            Prompt::new("summarize", Some(format!("Summarise a topic using {}", self.shared.name)), Some(vec![arg]));
+        Ok(ListPromptsResult::with_all_items(vec![p]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        if request.name != "summarize" {
+            return Err(ErrorData::invalid_params(format!("unknown prompt `{}`", request.name), None));
+        }
+        let topic =
+            request.arguments.as_ref().and_then(|a| a.get("topic")).and_then(Value::as_str).unwrap_or("everything");
+        let msg =
+            PromptMessage::new_text(Role::User, format!("Summarise {topic} using the {} tools.", self.shared.name));
+        Ok(GetPromptResult::new(vec![msg]).into())
+    }
+}
+
+/// Required arguments present, and of the declared JSON type.
+fn check_arguments(tool: &Tool, args: &Map<String, Value>) -> Result<(), String> {
+    let schema = Value::Object((*tool.input_schema).clone());
+    for r in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        if !args.contains_key(r) {
+            return Err(format!("missing required argument `{r}` for `{}`", tool.name));
+        }
+    }
+    for (k, v) in args {
+        let Some(ty) = schema["properties"][k]["type"].as_str() else { continue };
+        let ok = match ty {
+            "string" => v.is_string(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "number" => v.is_number(),
+            "boolean" => v.is_boolean(),
+            "array" => v.is_array(),
+            "object" => v.is_object(),
+            _ => true,
+        };
+        if !ok {
+            return Err(format!("argument `{k}` of `{}` must be of type {ty}", tool.name));
+        }
+    }
+    Ok(())
+}
+
+/// A result shaped by the tool's verb, echoing its arguments.
+fn plausible(backend: &str, tool: &str, args: &Map<String, Value>) -> Value {
+    let verb = tool.split('_').next().unwrap_or(tool);
+    let id = format!("{backend}-{:x}", tool.len() * 7919 + args.len() * 104729);
+    match verb {
+        "list" | "search" | "query" | "find" | "grep" | "get_channel" => json!({
+            "items": (1..=3).map(|i| json!({"id": format!("{id}-{i}"), "name": format!("{} result {i}", tool.replace('_', " "))})).collect::<Vec<_>>(),
+            "total": 3,
+            "query": args,
+        }),
+        "create" | "send" | "post" | "add" | "open" | "schedule" | "book" | "upload" | "put" | "invoke" | "deploy"
+        | "log" => {
+            json!({"id": id, "status": "created", "request": args})
+        }
+        "update" | "set" | "edit" | "transition" | "assign" | "move" | "apply" | "scale" | "merge" | "review" => {
+            json!({"id": id, "status": "updated", "changes": args})
+        }
+        "delete" | "remove" | "close" | "cancel" | "archive" | "stop" | "mute" => {
+            json!({"id": id, "status": "done", "request": args})
+        }
+        _ => {
+            json!({"id": id, "status": "ok", "result": format!("{} completed", tool.replace('_', " ")), "request": args})
+        }
+    }
+}
+
+/// Serves `backend` over streamable HTTP on `listener` until `ct` is cancelled.
+pub async fn serve_http(
+    backend: DemoBackend,
+    listener: tokio::net::TcpListener,
+    ct: CancellationToken,
+) -> std::io::Result<()> {
+    let server = DemoServer::new(backend);
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default().with_cancellation_token(ct.child_token()),
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    axum::serve(listener, router).with_graceful_shutdown(async move { ct.cancelled().await }).await
+}
+
+/// Serves `backend` over stdin/stdout until the client goes away.
+pub async fn serve_stdio(backend: DemoBackend) -> anyhow::Result<()> {
+    let service = DemoServer::new(backend).serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}
