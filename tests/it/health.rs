@@ -1,0 +1,94 @@
+//! Health-driven resync, end to end: real backend processes killed and restarted on the same
+//! port, one client session held for the whole test.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::json;
+use toolmux::app::EmbedderChoice;
+
+use crate::harness::*;
+
+const HEALTH: &str = "[health]\ninterval = \"1s\"\ntimeout = \"500ms\"\nunhealthy_threshold = 2\n";
+
+async fn finds(c: &Client, name: &str) -> bool {
+    found(&call(c, "find_tool", json!({"tool_description": "echo back a message"})).await).iter().any(|n| n == name)
+}
+
+#[tokio::test]
+async fn optimizer_session_follows_a_recovery_without_list_changed() {
+    let stable = http_backend("echo").await;
+    let mut unstable = ChildBackend::start("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[optimizer]\ncache_dir = \"{}\"\n{HEALTH}{}{}",
+        shared_cache_dir(),
+        http_backend_toml("stable", &stable.url),
+        http_backend_toml("unstable", &unstable.url()),
+    );
+    let app = gateway(&toml, EmbedderChoice::Given(model())).await;
+    unstable.kill().await;
+    assert!(
+        eventually(Duration::from_secs(15), || async { !app.gateway.advertisable("unstable") }).await,
+        "unstable is taken out"
+    );
+
+    // ONE session from here to the end.
+    let (c, rec) = client(&app).await;
+    assert!(finds(&c, "stable_echo").await);
+    assert!(!finds(&c, "unstable_echo").await, "a down backend's tools are not offered");
+    let r = call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await;
+    let unavailable = &r.structured_content.unwrap()["unavailable"];
+    assert!(unavailable.as_array().is_some_and(|u| u.iter().any(|t| t["name"] == "unstable_echo")), "{unavailable}");
+
+    let counters = &app.gateway.store.counters;
+    let (generations, embedded) =
+        (counters.generations.load(Ordering::Relaxed), counters.texts_embedded.load(Ordering::Relaxed));
+    unstable.restart().await;
+    assert!(eventually(Duration::from_secs(30), || finds(&c, "unstable_echo")).await, "recovered on the same session");
+    let r = call(&c, "call_tool", json!({"tool_name": "unstable_echo", "parameters": {"input": "reindexedhello123"}}))
+        .await;
+    assert_eq!(text(&r), "reindexedhello123");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(rec.tools_changed.load(Ordering::SeqCst), 0, "optimizer sessions get no tools/list_changed");
+    assert_eq!(counters.generations.load(Ordering::Relaxed), generations, "a recovery builds no new generation");
+    assert_eq!(counters.texts_embedded.load(Ordering::Relaxed), embedded, "a recovery embeds nothing");
+    c.cancel().await.unwrap();
+    unstable.kill().await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn passthrough_session_gets_list_changed_and_calls_the_recovered_tool() {
+    let stable = http_backend("echo").await;
+    let mut unstable = ChildBackend::start("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}{}{}",
+        http_backend_toml("stable", &stable.url),
+        http_backend_toml("unstable", &unstable.url()),
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (c, rec) = client(&app).await;
+    let peer = c.peer().clone();
+    let listed = || {
+        let p = peer.clone();
+        async move { p.list_all_tools().await.unwrap().iter().any(|t| t.name == "unstable_echo") }
+    };
+    assert!(listed().await);
+
+    unstable.kill().await;
+    assert!(eventually(Duration::from_secs(15), || async { !listed().await }).await, "removed from tools/list");
+    let after_drop = rec.tools_changed.load(Ordering::SeqCst);
+    assert!(after_drop >= 1, "tools/list_changed when it went away");
+
+    unstable.restart().await;
+    assert!(
+        eventually(Duration::from_secs(30), || async { rec.tools_changed.load(Ordering::SeqCst) > after_drop }).await,
+        "tools/list_changed when it came back"
+    );
+    assert!(listed().await);
+    let r = call(&c, "unstable_echo", json!({"input": "back"})).await;
+    assert_eq!(text(&r), "back");
+    c.cancel().await.unwrap();
+    unstable.kill().await;
+    app.shutdown().await;
+}

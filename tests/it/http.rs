@@ -1,0 +1,128 @@
+//! The HTTP edge, spoken to raw: JSON-RPC errors, sessions, limits, health endpoints, and the
+//! CLI's configuration errors.
+
+use serde_json::{Value, json};
+use toolmux::app::EmbedderChoice;
+
+use crate::harness::*;
+
+const ACCEPT: &str = "application/json, text/event-stream";
+
+async fn app_with(extra: &str) -> toolmux::app::App {
+    gateway(&format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{extra}"), EmbedderChoice::None).await
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+}
+
+#[tokio::test]
+async fn malformed_json_rpc_gets_a_json_rpc_parse_error() {
+    let app = app_with("").await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let r = reqwest::Client::new()
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", ACCEPT)
+        .body("{this is not json")
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body = r.text().await.unwrap();
+    assert!(status.is_client_error(), "{status} {body}");
+    assert!(body.contains("-32700"), "a JSON-RPC parse error: {status} {body}");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_session_id_gets_404() {
+    let app = app_with("").await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let http = reqwest::Client::new();
+    // A real session first, so the server is known to speak sessions.
+    let r = http.post(&url).header("accept", ACCEPT).json(&initialize()).send().await.unwrap();
+    assert!(r.status().is_success());
+    assert!(r.headers().get("mcp-session-id").is_some());
+    let r = http
+        .post(&url)
+        .header("accept", ACCEPT)
+        .header("mcp-session-id", "no-such-session")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn oversized_body_gets_413() {
+    let app = app_with("max_body = 2048\n").await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let mut big = initialize();
+    big["params"]["clientInfo"]["name"] = json!("x".repeat(4096));
+    let r = reqwest::Client::new().post(&url).header("accept", ACCEPT).json(&big).send().await.unwrap();
+    assert_eq!(r.status(), 413);
+    // Just under the limit is fine.
+    let r = reqwest::Client::new().post(&url).header("accept", ACCEPT).json(&initialize()).send().await.unwrap();
+    assert!(r.status().is_success());
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn healthz_and_readyz() {
+    let app = app_with("").await;
+    let base = format!("http://{}", app.addr.unwrap());
+    assert_eq!(reqwest::get(format!("{base}/healthz")).await.unwrap().status(), 200);
+    assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 200);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_non_local_host_header_is_refused() {
+    let app = app_with("").await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let r = reqwest::Client::new()
+        .post(&url)
+        .header("host", "evil.example.com")
+        .header("accept", ACCEPT)
+        .json(&initialize())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    app.shutdown().await;
+}
+
+#[test]
+fn an_invalid_config_exits_2_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[server]\nmode = \"turbo\"\n\n[[backends]]\nname = \"x\"\nurl = \"http://127.0.0.1:1/mcp\"\ntimeout = \"soon\"\n").unwrap();
+    let out = std::process::Command::new(BIN).args(["check-config", path.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 2: `server.mode`"), "{err}");
+    assert!(err.contains("line 7: `backends[0].timeout`"), "{err}");
+
+    std::fs::write(&path, "[server]\nlisten = \"127.0.0.1:0\"\n").unwrap();
+    let out = std::process::Command::new(BIN).args(["check-config", path.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn every_example_config_is_valid() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            toolmux::config::Config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 2, "examples found: {n}");
+}

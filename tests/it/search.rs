@@ -1,0 +1,171 @@
+//! Search with the real model: embedding correctness, ranking quality on the demo catalog,
+//! allow-list isolation, keyword fallback and the vector cache across a restart.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+use toolmux::app::{App, EmbedderChoice, Options};
+use toolmux::catalog::CatalogTool;
+use toolmux::config::Config;
+use toolmux::embed::Embedder;
+use toolmux::session::{Caller, Policy};
+
+use crate::harness::*;
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let na: f32 = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let nb: f32 = b.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (na * nb)
+}
+
+#[tokio::test]
+async fn embeddings_match_sentence_transformers() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/all-MiniLM-L6-v2.golden.jsonl");
+    let text = std::fs::read_to_string(path).expect("the golden fixture beside the repository");
+    let golden: Vec<(String, Vec<f32>)> = text
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let e = v["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+            (v["text"].as_str().unwrap().to_string(), e)
+        })
+        .collect();
+    assert!(golden.iter().any(|(t, _)| t.is_empty()), "the empty string is covered");
+    assert!(golden.iter().any(|(t, _)| t.len() > 2000), "an over-long text is covered");
+    let m = model();
+    let batch = m.embed(golden.iter().map(|(t, _)| t.clone()).collect()).await.unwrap();
+    for ((t, want), got) in golden.iter().zip(&batch) {
+        assert_eq!(got.len(), 384);
+        let c = cosine(want, got);
+        assert!(c >= 0.999, "cosine {c} for {t:?}");
+        let single = m.embed(vec![t.clone()]).await.unwrap().remove(0);
+        let agree = cosine(&single, got);
+        assert!(agree >= 0.9999, "batch and single disagree ({agree}) for {t:?}");
+    }
+}
+
+/// Every demo backend in this process, and the gateway in front (optimizer mode).
+async fn demo_gateway(extra: &str, opts: Options) -> (App, Vec<HttpBackend>) {
+    let mut toml = format!("[server]\nlisten = \"127.0.0.1:0\"\n{extra}");
+    let mut servers = Vec::new();
+    for b in toolmux::demo::backends() {
+        let s = http_backend(&b.name).await;
+        toml.push_str(&http_backend_toml(&b.name, &s.url));
+        servers.push(s);
+    }
+    let app = App::start(Config::parse(&toml).unwrap(), opts).await.unwrap();
+    assert!(app.ready(std::time::Duration::from_secs(120)).await);
+    (app, servers)
+}
+
+fn with_model() -> Options {
+    Options { embedder: EmbedderChoice::Given(model()), ..Options::default() }
+}
+
+#[tokio::test]
+async fn the_reference_quality_queries_rank_within_the_top_8() {
+    let (app, _servers) =
+        demo_gateway(&format!("[optimizer]\ncache_dir = \"{}\"\n", shared_cache_dir()), with_model()).await;
+    let (c, _) = client(&app).await;
+    let cases = [
+        ("repeat or echo back a message", "echo"),
+        ("retrieve content from a web page or URL", "fetch"),
+        ("check security vulnerabilities in open source packages", "vulnerabilit"),
+        ("create a pull request on a code repository", "pull_request"),
+    ];
+    for (query, want) in cases {
+        let r = call(&c, "find_tool", json!({"tool_description": query})).await;
+        let names = found(&r);
+        assert_eq!(names.len(), 8);
+        assert!(names.iter().any(|n| n.contains(want)), "{query:?} → {names:?}");
+        assert_eq!(r.structured_content.unwrap()["search_mode"], "hybrid");
+    }
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+/// Callers with the token `chat-only` see only the slack backend.
+struct ByToken;
+impl Policy for ByToken {
+    fn allows(&self, caller: &Caller, tool: &CatalogTool) -> bool {
+        let chat_only = toolmux::embed::files::hex(&<sha2::Sha256 as sha2::Digest>::digest(b"Bearer chat-only")[..16]);
+        caller.key != chat_only || &*tool.key.backend == "slack"
+    }
+}
+
+#[tokio::test]
+async fn two_sessions_with_different_scopes_never_see_each_others_tools() {
+    let opts = Options { embedder: EmbedderChoice::Given(model()), policy: Arc::new(ByToken), ..Options::default() };
+    let (app, _servers) = demo_gateway(&format!("[optimizer]\ncache_dir = \"{}\"\n", shared_cache_dir()), opts).await;
+    let (narrow, _) = client_with_auth(&app, Some("chat-only")).await;
+    let (wide, _) = client_with_auth(&app, Some("everything")).await;
+    for query in ["create a pull request on a code repository", "send a chat message", "query the SQL database"] {
+        let n = found(&call(&narrow, "find_tool", json!({"tool_description": query})).await);
+        assert!(!n.is_empty() && n.iter().all(|t| t.starts_with("slack_")), "{query:?} → {n:?}");
+        let w = found(&call(&wide, "find_tool", json!({"tool_description": query})).await);
+        assert!(w.iter().any(|t| !t.starts_with("slack_")), "{query:?} → {w:?}");
+    }
+    let r = call(
+        &narrow,
+        "call_tool",
+        json!({"tool_name": "github_create_issue", "parameters": {"owner": "a", "repo": "b", "title": "c"}}),
+    )
+    .await;
+    assert!(text(&r).starts_with("tool not found"), "{}", text(&r));
+    let r = call(
+        &wide,
+        "call_tool",
+        json!({"tool_name": "github_create_issue", "parameters": {"owner": "a", "repo": "b", "title": "c"}}),
+    )
+    .await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    narrow.cancel().await.unwrap();
+    wide.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn find_tool_falls_back_to_keywords_when_the_model_fails() {
+    let files =
+        toolmux::embed::files::locate("all-MiniLM-L6-v2", None, &toolmux::embed::files::default_model_roots(), false)
+            .unwrap();
+    let own = Arc::new(toolmux::embed::worker::ModelEmbedder::start(&files).unwrap());
+    let switch = own.failure_switch();
+    let opts = Options { embedder: EmbedderChoice::Given(own), ..Options::default() };
+    let (app, _servers) = demo_gateway(&format!("[optimizer]\ncache_dir = \"{}\"\n", shared_cache_dir()), opts).await;
+    let (c, _) = client(&app).await;
+    switch.store(true, Ordering::SeqCst);
+    let r = call(
+        &c,
+        "find_tool",
+        json!({"tool_description": "a never seen query about pull requests", "tool_keywords": ["pull", "request"]}),
+    )
+    .await;
+    assert_ne!(r.is_error, Some(true));
+    assert_eq!(r.structured_content.clone().unwrap()["search_mode"], "keyword");
+    let names = found(&r);
+    assert!(names.iter().take(3).any(|n| n.contains("pull_request")), "{names:?}");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_restart_with_an_unchanged_catalog_runs_no_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!("[optimizer]\ncache_dir = \"{}\"\n", dir.path().display());
+    let (app, servers) = demo_gateway(&extra, with_model()).await;
+    let first = app.gateway.store.counters.texts_embedded.load(Ordering::Relaxed);
+    assert!(first >= 150, "first start embeds the catalog ({first})");
+    app.shutdown().await;
+    drop(servers);
+
+    let (app, _servers) = demo_gateway(&extra, with_model()).await;
+    assert_eq!(app.gateway.store.counters.texts_embedded.load(Ordering::Relaxed), 0);
+    let (c, _) = client(&app).await;
+    let names = found(&call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await);
+    assert!(names.iter().any(|n| n == "echo_echo"), "{names:?}");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
