@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs toolmux in front of its built-in demo backends, fetching the model on first use.
+# Extra arguments go to `toolmux demo` (e.g. --mode passthrough, --listen 127.0.0.1:0).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+models/fetch.sh all-MiniLM-L6-v2
+cargo build --release --locked
+exec target/release/toolmux demo "$@"

