@@ -136,7 +136,8 @@ impl Monitor {
         Some(BackendHealth { status: t.status, since_secs: t.since.elapsed().as_secs() })
     }
 
-    fn record(&self, backend: &str, outcome: Option<Duration>) {
+    /// Applies one probe outcome for `backend` (probes call this; tests and benches may too).
+    pub fn record(&self, backend: &str, outcome: Option<Duration>) {
         let flipped = {
             let mut map = self.trackers.lock().expect("health lock");
             let t = map.entry(backend.to_string()).or_insert_with(|| Tracker::new(Instant::now()));

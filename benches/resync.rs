@@ -1,0 +1,112 @@
+//! Health-driven resync: the time from a backend's health flip to every session's swapped
+//! snapshot, for 10, 100 and 1,000 sessions over 1k and 10k tools, and the memory per session.
+//! Checks that no swap embeds anything.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use toolmux::catalog::{Catalog, CatalogTool, ToolKey};
+use toolmux::config::{BackendConfig, HealthConfig, Mode, Transport};
+use toolmux::embed::fake::FakeEmbedder;
+use toolmux::health::Monitor;
+use toolmux::mcp::Gateway;
+use toolmux::mcp::gateway::Parts;
+use toolmux::session::{AllowAll, Caller};
+use toolmux::store::Store;
+use toolmux::upstream::{NoRelay, Upstream};
+
+const BACKENDS: usize = 10;
+
+fn gateway(rt: &tokio::runtime::Runtime, tools: usize) -> Arc<Gateway> {
+    let configs: Vec<BackendConfig> = (0..BACKENDS)
+        .map(|i| BackendConfig {
+            name: format!("b{i}"),
+            transport: Transport::Http { url: "http://127.0.0.1:9/mcp".into(), headers: Default::default() },
+            timeout: Duration::from_secs(1),
+        })
+        .collect();
+    let upstream = Arc::new(Upstream::new(&configs, Arc::new(NoRelay)));
+    let health_cfg = HealthConfig { unhealthy_threshold: 1, ..HealthConfig::default() };
+    let health = Monitor::new(health_cfg, &upstream);
+    for i in 0..BACKENDS {
+        health.record(&format!("b{i}"), Some(Duration::from_millis(1)));
+    }
+    let store = Arc::new(Store::new(Some(Arc::new(FakeEmbedder::default())), None));
+    let catalog: Vec<CatalogTool> = (0..tools)
+        .map(|i| {
+            let b = format!("b{}", i % BACKENDS);
+            let t = rmcp::model::Tool::new(
+                format!("{b}_tool_{i}"),
+                format!("does thing {i}"),
+                Arc::new(Default::default()),
+            );
+            CatalogTool::new(
+                ToolKey { backend: Arc::from(b.as_str()), tool: Arc::from(format!("tool_{i}").as_str()) },
+                t,
+            )
+        })
+        .collect();
+    rt.block_on(store.rebuild(Catalog::from_tools(catalog)));
+    Gateway::new(Parts {
+        mode: Mode::Optimizer,
+        max_tools: 8,
+        find_tool_description: None,
+        aggregation: Default::default(),
+        store,
+        upstream,
+        health,
+        policy: Arc::new(AllowAll),
+        ct: tokio_util::sync::CancellationToken::new(),
+    })
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut g = c.benchmark_group("resync");
+    g.sample_size(20).measurement_time(Duration::from_secs(5));
+    for tools in [1_000, 10_000] {
+        let gw = gateway(&rt, tools);
+        for sessions in [10, 100, 1_000] {
+            let handles: Vec<_> =
+                rt.block_on(async { (0..sessions).map(|_| gw.open_session(Caller::anonymous())).collect() });
+            let per_session = handles[0].snapshot().heap_bytes();
+            eprintln!("{sessions} sessions over {tools} tools: {per_session} bytes per session snapshot");
+            let embedded = gw.store.counters.texts_embedded.load(Ordering::Relaxed);
+            let mut down = false;
+            g.bench_function(BenchmarkId::new(format!("{tools}_tools"), sessions), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        down = !down;
+                        let before = gw.counters.resyncs.load(Ordering::Relaxed);
+                        let start = Instant::now();
+                        // The health flip, then the fan-out the catalog task would start.
+                        gw.health.record("b3", if down { None } else { Some(Duration::from_millis(1)) });
+                        gw.scopes_changed();
+                        rt.block_on(async {
+                            while gw.counters.resyncs.load(Ordering::Relaxed) < before + sessions as u64 {
+                                tokio::task::yield_now().await;
+                            }
+                        });
+                        total += start.elapsed();
+                    }
+                    total
+                })
+            });
+            assert_eq!(gw.store.counters.texts_embedded.load(Ordering::Relaxed), embedded, "a swap embedded something");
+            let expect_b3 = !down;
+            assert_eq!(
+                handles[0].snapshot().tools().any(|t| &*t.key.backend == "b3"),
+                expect_b3,
+                "swapped to the right scope"
+            );
+            drop(handles);
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(resync, benches);
+criterion_main!(resync);

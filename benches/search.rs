@@ -1,0 +1,185 @@
+//! Search benchmarks: query and batch embedding, dense search by catalog size and allow-list
+//! share (exact, HNSW, and the plan find_tool uses), snapshot builds, and find_tool end to end.
+//! Before timing, each catalog's HNSW recall@10 against the exact scan is checked (≥ 0.99), and
+//! the memory targets are checked and printed.
+
+mod support;
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use toolmux::catalog::{CatalogTool, ToolKey};
+use toolmux::embed::Embedder;
+use toolmux::index::AllowList;
+use toolmux::index::dense::DenseIndex;
+use toolmux::session::{AllowAll, Caller, scope};
+
+use support::*;
+
+const SIZES: [usize; 3] = [1_000, 10_000, 100_000];
+const SHARES: [f64; 3] = [0.01, 0.10, 1.00];
+
+fn recall_at_10(idx: &DenseIndex, queries: &[Vec<f32>]) -> f64 {
+    let all = AllowList::all(idx.len());
+    let mut hit = 0usize;
+    for q in queries {
+        let exact: std::collections::HashSet<_> = idx.exact(q, &all, 10).iter().map(|h| h.slot).collect();
+        let graph = idx.graph_only(q, 10).expect("graph built");
+        hit += graph.iter().filter(|h| exact.contains(&h.slot)).count();
+    }
+    hit as f64 / (queries.len() * 10) as f64
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let m = model();
+    let (tool_texts, query_texts) = texts();
+
+    // Embedding.
+    let mut g = c.benchmark_group("embed");
+    g.sample_size(30).measurement_time(Duration::from_secs(10));
+    let mut n = 0u64;
+    g.bench_function("query", |b| {
+        b.iter(|| {
+            n += 1;
+            // A fresh text each time: the model runs, no cache is involved.
+            let q = format!("create a pull request on a code repository {n}");
+            black_box(rt.block_on(m.embed(vec![q])).unwrap())
+        })
+    });
+    let batch: Vec<String> = tool_texts.iter().take(32).cloned().collect();
+    g.throughput(criterion::Throughput::Elements(32));
+    g.bench_function("batch_32_tool_texts", |b| b.iter(|| black_box(rt.block_on(m.embed(batch.clone())).unwrap())));
+    g.finish();
+
+    let real = embed_cached(&rt, &m, &tool_texts);
+    let queries: Vec<Vec<f32>> = embed_cached(&rt, &m, &query_texts[..100.min(query_texts.len())]);
+
+    // Dense search by size and share.
+    let mut g = c.benchmark_group("search");
+    g.sample_size(20).measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
+    for &size in &SIZES {
+        let data = synthetic(&real, size, 7);
+        let started = std::time::Instant::now();
+        let idx = DenseIndex::build(DIM, data, 0);
+        let recall = recall_at_10(&idx, &queries);
+        eprintln!(
+            "N {size}: graph built in {:.1} s, HNSW recall@10 vs exact {recall:.4}",
+            started.elapsed().as_secs_f64()
+        );
+        assert!(recall >= 0.99, "HNSW recall@10 {recall} < 0.99 at N {size}");
+        for &share in &SHARES {
+            let mut rng = StdRng::seed_from_u64(size as u64);
+            let allow = AllowList::from_slots(size, (0..size as u32).filter(|_| rng.random_bool(share)));
+            let label = format!("{size}/{}%", (share * 100.0) as u32);
+            let mut qi = 0;
+            let mut next = || {
+                qi = (qi + 1) % queries.len();
+                &queries[qi]
+            };
+            g.bench_function(BenchmarkId::new("exact", &label), |b| b.iter(|| black_box(idx.exact(next(), &allow, 8))));
+            g.bench_function(BenchmarkId::new("plan", &label), |b| b.iter(|| black_box(idx.search(next(), &allow, 8))));
+            if share == 1.0 {
+                g.bench_function(BenchmarkId::new("hnsw", &label), |b| b.iter(|| black_box(idx.graph_only(next(), 8))));
+            }
+        }
+    }
+    g.finish();
+
+    // Snapshots: 1,000 sessions over a 10k-tool generation.
+    let tools: Vec<CatalogTool> = tool_texts
+        .iter()
+        .cycle()
+        .take(10_000)
+        .enumerate()
+        .map(|(i, t)| {
+            let tool = rmcp::model::Tool::new(format!("tool_{i}"), t.clone(), Arc::new(serde_json::Map::new()));
+            CatalogTool::new(
+                ToolKey { backend: Arc::from(format!("b{}", i % 20).as_str()), tool: Arc::from("x") },
+                tool,
+            )
+        })
+        .collect();
+    let store = toolmux::store::Store::new(None, None);
+    let generation = rt.block_on(store.rebuild(toolmux::catalog::Catalog::from_tools(tools)));
+    let snap = scope(generation.clone(), &|_| true, &AllowAll, &Caller::anonymous());
+    let limit = 10_000 / 8 + 1024;
+    eprintln!("snapshot over 10k tools: {} bytes (target ≤ {limit})", snap.heap_bytes());
+    assert!(snap.heap_bytes() <= limit);
+    let mut g = c.benchmark_group("snapshot");
+    g.sample_size(20);
+    g.bench_function("build_1000_sessions_10k_tools", |b| {
+        b.iter(|| {
+            for _ in 0..1000 {
+                black_box(scope(generation.clone(), &|b| b != "b3", &AllowAll, &Caller::anonymous()));
+            }
+        })
+    });
+    g.finish();
+
+    // find_tool end to end through the handler, over the demo catalog and a 10k catalog.
+    let gw_store = Arc::new(toolmux::store::Store::new(Some(m.clone()), None));
+    let demo_tools: Vec<CatalogTool> = toolmux::demo::backends()
+        .into_iter()
+        .flat_map(|b| {
+            let name = b.name.clone();
+            b.tools.into_iter().map(move |t| {
+                let key = ToolKey { backend: Arc::from(name.as_str()), tool: Arc::from(&*t.name) };
+                let mut exposed = t.clone();
+                exposed.name = format!("{name}_{}", t.name).into();
+                CatalogTool::new(key, exposed)
+            })
+        })
+        .collect();
+    rt.block_on(gw_store.rebuild(toolmux::catalog::Catalog::from_tools(demo_tools)));
+    let gw = toolmux::mcp::Gateway::new(toolmux::mcp::gateway::Parts {
+        mode: toolmux::config::Mode::Optimizer,
+        max_tools: 8,
+        find_tool_description: None,
+        aggregation: Default::default(),
+        store: gw_store.clone(),
+        upstream: Arc::new(toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay))),
+        health: toolmux::health::Monitor::new(
+            toolmux::config::HealthConfig { interval: Duration::ZERO, ..Default::default() },
+            &toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay)),
+        ),
+        policy: Arc::new(AllowAll),
+        ct: tokio_util::sync::CancellationToken::new(),
+    });
+    let handler = toolmux::mcp::GatewayHandler::new(gw.clone());
+    let generation = gw_store.current();
+    let all = scope(generation, &|_| true, &AllowAll, &Caller::anonymous());
+    let mut g = c.benchmark_group("find_tool");
+    g.sample_size(30).measurement_time(Duration::from_secs(8));
+    let args = |q: &str| {
+        let mut a = serde_json::Map::new();
+        a.insert("tool_description".into(), q.into());
+        a
+    };
+    let repeated = args("create a pull request on a code repository");
+    g.bench_function("demo_catalog_repeated_query", |b| {
+        b.iter(|| black_box(rt.block_on(handler.find_tool(Some(&repeated), &all))))
+    });
+    let mut n = 0u64;
+    g.bench_function("demo_catalog_new_query", |b| {
+        b.iter(|| {
+            n += 1;
+            let a = args(&format!("send a chat message to the team {n}"));
+            black_box(rt.block_on(handler.find_tool(Some(&a), &all)))
+        })
+    });
+    g.finish();
+
+    // Memory: the model plus a 10k-tool store with real-looking vectors.
+    let big = synthetic(&real, 10_000, 9);
+    let idx = DenseIndex::build(DIM, big, usize::MAX);
+    eprintln!("RSS with the model, a 3.6k real + 10k synthetic vector set: {:.0} MiB (target ≤ 400)", rss_mib());
+    black_box(idx);
+}
+
+criterion_group!(search, benches);
+criterion_main!(search);

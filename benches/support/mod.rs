@@ -1,0 +1,111 @@
+//! Shared bench set-up: the real model, real tool texts and queries, and catalogs of any size
+//! made from them. Larger catalogs mix two real tool vectors and a little seeded noise, so they
+//! look like embeddings (clustered, anisotropic), not uniform random vectors.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+use toolmux::embed::Embedder;
+use toolmux::embed::cache::VectorCache;
+use toolmux::embed::worker::ModelEmbedder;
+
+pub const DIM: usize = 384;
+
+pub fn shared(path: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("shared").join(path)
+}
+
+pub fn model() -> Arc<ModelEmbedder> {
+    let files = toolmux::embed::files::locate(
+        toolmux::config::DEFAULT_MODEL,
+        None,
+        &toolmux::embed::files::default_model_roots(),
+        false,
+    )
+    .expect("run models/fetch.sh first");
+    Arc::new(ModelEmbedder::start(&files).expect("model loads"))
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Real tool texts (the apigen set, in find_tool's text form) and real queries.
+pub fn texts() -> (Vec<String>, Vec<String>) {
+    let catalog = toolmux::eval::catalog(&shared("eval/toolret-apigen/tools.jsonl")).unwrap();
+    let tools = catalog.tools().iter().map(|t| t.text.clone()).collect();
+    let queries = lines(&shared("eval/toolret-apigen/queries.dev.jsonl"))
+        .iter()
+        .map(|q| q["query"].as_str().unwrap().to_string())
+        .collect();
+    (tools, queries)
+}
+
+/// Vectors for `texts`, from the on-disk cache where possible.
+pub fn embed_cached(rt: &tokio::runtime::Runtime, m: &Arc<ModelEmbedder>, texts: &[String]) -> Vec<Vec<f32>> {
+    let cache = VectorCache::open(toolmux::embed::cache::default_dir().as_deref(), m.model_id(), m.dim()).ok();
+    let mut out = vec![Vec::new(); texts.len()];
+    let mut missing = Vec::new();
+    for (i, t) in texts.iter().enumerate() {
+        match cache.as_ref().and_then(|c| c.get(&c.key(t))) {
+            Some(v) => out[i] = v,
+            None => missing.push(i),
+        }
+    }
+    if !missing.is_empty() {
+        eprintln!("embedding {} texts once (cached for later runs) ...", missing.len());
+        for chunk in missing.chunks(256) {
+            let vs = rt.block_on(m.embed(chunk.iter().map(|&i| texts[i].clone()).collect())).unwrap();
+            let mut fresh = Vec::new();
+            for (&i, v) in chunk.iter().zip(vs) {
+                if let Some(c) = &cache {
+                    fresh.push((c.key(&texts[i]), v.clone()));
+                }
+                out[i] = v;
+            }
+            if let Some(c) = &cache {
+                c.insert_all(&fresh).unwrap();
+            }
+        }
+    }
+    out
+}
+
+/// `n` unit vectors shaped like tool embeddings, slot-major.
+pub fn synthetic(real: &[Vec<f32>], n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::with_capacity(n * DIM);
+    for i in 0..n {
+        if i < real.len() {
+            out.extend_from_slice(&real[i]);
+            continue;
+        }
+        let a = &real[rng.random_range(0..real.len())];
+        let b = &real[rng.random_range(0..real.len())];
+        let w: f32 = rng.random_range(0.55..0.9);
+        let mut v: Vec<f32> =
+            a.iter().zip(b).map(|(x, y)| w * x + (1.0 - w) * y + rng.random_range(-0.02..0.02)).collect();
+        toolmux::embed::normalize(&mut v);
+        out.extend(v);
+    }
+    out
+}
+
+/// Resident memory of this process, in MiB (Linux; 0 elsewhere).
+pub fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        .map_or(0.0, |kb| kb / 1024.0)
+}
