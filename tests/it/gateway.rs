@@ -255,3 +255,54 @@ async fn a_backend_down_at_start_does_not_stop_the_gateway() {
     c.cancel().await.unwrap();
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn optimizer_works_for_stateless_2026_07_28_clients() {
+    use rmcp::{ClientLifecycleMode, ClientServiceExt, model::ProtocolVersion};
+    let echo = http_backend("echo").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[optimizer]\ncache_dir = \"{}\"\n{}",
+        shared_cache_dir(),
+        http_backend_toml("stable", &echo.url)
+    );
+    let app = gateway(&toml, EmbedderChoice::Given(model())).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
+    let c = Recorder::default()
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
+        .await
+        .expect("stateless client connects");
+    let tools = c.list_all_tools().await.unwrap();
+    assert_eq!(names(&tools), vec!["find_tool", "call_tool"]);
+    let r = call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await;
+    assert_eq!(found(&r)[0], "stable_echo");
+    let r = call(&c, "call_tool", json!({"tool_name": "stable_echo", "parameters": {"input": "stateless"}})).await;
+    assert_eq!(text(&r), "stateless");
+    assert_eq!(app.gateway.session_count(), 0, "no session was created");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn serve_stdio_fronts_the_backends_for_a_launching_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    std::fs::write(&config, format!("[server]\nmode = \"passthrough\"\n{}", stdio_backend_toml("diag", "echo")))
+        .unwrap();
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["serve", "--stdio", "--config", config.to_str().unwrap()]).stderr(std::process::Stdio::null());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let c = rmcp::ServiceExt::serve(Recorder::default(), transport).await.expect("stdio gateway answers");
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            c.list_all_tools().await.map(|t| t.iter().any(|t| t.name == "diag_echo")).unwrap_or(false)
+        })
+        .await
+    );
+    let r = call(&c, "diag_echo", json!({"input": "through two stdio hops"})).await;
+    assert_eq!(text(&r), "through two stdio hops");
+    c.cancel().await.unwrap();
+}
