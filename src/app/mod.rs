@@ -109,6 +109,7 @@ impl App {
             tasks.spawn(b.clone().supervise(ct.child_token()));
             tasks.spawn(health.clone().watch_backend(b.clone(), upstream.subscribe(), ct.child_token()));
         }
+        tasks.spawn(health.clone().run_notifier(ct.child_token()));
         let clashes = Arc::new(Mutex::new(Vec::new()));
         tasks.spawn(catalog_task(gateway.clone(), clashes.clone(), ct.child_token()));
 
@@ -172,11 +173,17 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
     let mut health = gw.health.subscribe();
     let mut first = true;
     loop {
+        // A health delivery always changes scopes; a backend change only if it changes the catalog
+        // (connections coming and going are health's business, debounced there).
+        let mut scopes_changed = first;
         if !first {
             tokio::select! {
                 _ = ct.cancelled() => return,
                 r = backends.changed() => if r.is_err() { return },
-                r = health.changed() => if r.is_err() { return },
+                r = health.changed() => {
+                    if r.is_err() { return }
+                    scopes_changed = true;
+                }
             }
         }
         first = false;
@@ -192,8 +199,11 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
         let current = gw.store.current();
         if current.id == 0 || !same_catalog(&current.catalog, &catalog) {
             gw.store.rebuild(catalog).await;
+            scopes_changed = true;
         }
-        gw.scopes_changed();
+        if scopes_changed || !gw.health.enabled() {
+            gw.scopes_changed();
+        }
         if !gw.is_ready() && all_tried {
             gw.set_ready();
             tracing::info!(tools = gw.store.current().catalog.len(), "ready");

@@ -10,9 +10,17 @@
 //! Advertised: healthy and degraded. With `interval = 0` nothing is probed and every backend is
 //! advertised. [`Tracker`] is the pure state machine; [`Monitor`] drives it with real probes.
 
+pub mod breaker;
+pub mod notifier;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use breaker::Breaker;
+use notifier::Notifier;
 
 use serde::Serialize;
 use tokio::sync::watch;
@@ -99,24 +107,74 @@ pub struct BackendHealth {
 pub struct Monitor {
     cfg: HealthConfig,
     trackers: Mutex<HashMap<String, Tracker>>,
-    /// Bumped whenever some backend's advertisability flips.
-    changes: watch::Sender<u64>,
+    /// Present when `[health.circuit_breaker]` is configured.
+    breakers: Option<Mutex<HashMap<String, Breaker>>>,
+    /// Rung by passive signals (a call that lost its connection) to probe now.
+    probe_now: HashMap<String, Arc<Notify>>,
+    /// Debounced deliveries of advertisability flips.
+    notifier: Notifier,
 }
 
 impl Monitor {
     pub fn new(cfg: HealthConfig, upstream: &Upstream) -> Arc<Self> {
         let now = Instant::now();
-        let trackers = upstream.backends.iter().map(|b| (b.name().to_string(), Tracker::new(now))).collect();
-        let (changes, _) = watch::channel(0);
-        Arc::new(Self { cfg, trackers: Mutex::new(trackers), changes })
+        let names: Vec<String> = upstream.backends.iter().map(|b| b.name().to_string()).collect();
+        let trackers = names.iter().map(|n| (n.clone(), Tracker::new(now))).collect();
+        let breakers =
+            cfg.circuit_breaker.map(|bc| Mutex::new(names.iter().map(|n| (n.clone(), Breaker::new(bc))).collect()));
+        let probe_now = names.iter().map(|n| (n.clone(), Arc::new(Notify::new()))).collect();
+        let notifier = Notifier::new(cfg.interval);
+        Arc::new(Self { cfg, trackers: Mutex::new(trackers), breakers, probe_now, notifier })
+    }
+
+    /// Runs the change notifier's debounce (the app spawns this).
+    pub async fn run_notifier(self: Arc<Self>, ct: CancellationToken) {
+        self.notifier.run(ct).await;
+    }
+
+    fn breaker<T>(&self, backend: &str, f: impl FnOnce(&mut Breaker) -> T) -> Option<T> {
+        let mut map = self.breakers.as_ref()?.lock().expect("breaker lock");
+        map.get_mut(backend).map(f)
+    }
+
+    /// Whether a call to `backend` may go now; `Err(retry_in)` while its breaker is open.
+    pub fn call_gate(&self, backend: &str) -> Result<(), Duration> {
+        let now = Instant::now();
+        match self.breaker(backend, |b| b.allow_call(now)) {
+            Some(Err(until)) => Err(until.saturating_duration_since(now)),
+            _ => Ok(()),
+        }
+    }
+
+    /// When `backend` will next be tried, if its breaker is open.
+    pub fn retry_in(&self, backend: &str) -> Option<Duration> {
+        self.breaker(backend, |b| b.retry_in(Instant::now())).flatten()
+    }
+
+    /// A passive signal: a call to `backend` failed on its connection. Counts toward the
+    /// breaker and probes now rather than at the next tick.
+    pub fn call_failed(&self, backend: &str) {
+        let flipped = self.breaker(backend, |b| {
+            let was = b.is_open();
+            b.on_failure(Instant::now());
+            was != b.is_open()
+        });
+        if flipped == Some(true) {
+            tracing::warn!(backend, "circuit breaker opened");
+            self.notifier.trigger();
+        }
+        if let Some(n) = self.probe_now.get(backend) {
+            n.notify_one();
+        }
     }
 
     pub fn enabled(&self) -> bool {
         !self.cfg.interval.is_zero()
     }
 
+    /// Ticks (debounced) when some backend's advertisability flips.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
+        self.notifier.subscribe()
     }
 
     /// Whether `backend`'s tools are offered now. Unmonitored backends are offered while connected.
@@ -124,7 +182,8 @@ impl Monitor {
         if !self.enabled() {
             return true;
         }
-        self.status(backend.name()).advertisable()
+        let open = self.breaker(backend.name(), |b| b.is_open()).unwrap_or(false);
+        self.status(backend.name()).advertisable() && !open
     }
 
     pub fn status(&self, backend: &str) -> Status {
@@ -138,7 +197,17 @@ impl Monitor {
 
     /// Applies one probe outcome for `backend` (probes call this; tests and benches may too).
     pub fn record(&self, backend: &str, outcome: Option<Duration>) {
-        let flipped = {
+        let breaker_flipped = self
+            .breaker(backend, |b| {
+                let was = b.is_open();
+                match outcome {
+                    Some(_) => b.on_success(),
+                    None => b.on_failure(Instant::now()),
+                }
+                was != b.is_open()
+            })
+            .unwrap_or(false);
+        let status_flipped = {
             let mut map = self.trackers.lock().expect("health lock");
             let t = map.entry(backend.to_string()).or_insert_with(|| Tracker::new(Instant::now()));
             let before = t.status.advertisable();
@@ -148,8 +217,8 @@ impl Monitor {
             }
             before != t.status.advertisable()
         };
-        if flipped {
-            self.changes.send_modify(|n| *n += 1);
+        if breaker_flipped || status_flipped {
+            self.notifier.trigger();
         }
     }
 
@@ -172,14 +241,20 @@ impl Monitor {
             }
         }
         let mut connected = backend.is_connected();
+        let probe_now = self.probe_now.get(backend.name()).cloned().unwrap_or_default();
         loop {
-            let outcome = backend.probe(self.cfg.timeout).await.ok();
-            self.record(backend.name(), outcome);
-            let deadline = Instant::now() + self.cfg.interval;
+            // An open breaker lets no probe through until its timeout; then exactly one.
+            if self.breaker(backend.name(), |b| b.allow_probe(Instant::now())).unwrap_or(true) {
+                let outcome = backend.probe(self.cfg.timeout).await.ok();
+                self.record(backend.name(), outcome);
+            }
+            let next = self.retry_in(backend.name()).map_or(self.cfg.interval, |r| r.min(self.cfg.interval));
+            let deadline = Instant::now() + next.max(Duration::from_millis(10));
             loop {
                 tokio::select! {
                     _ = ct.cancelled() => return,
                     _ = tokio::time::sleep_until(deadline) => break,
+                    _ = probe_now.notified() => break,
                     r = link.changed() => {
                         if r.is_err() { return; }
                         let now = backend.is_connected();

@@ -93,7 +93,7 @@ impl GatewayHandler {
                     backend: t.key.backend.to_string(),
                     status: health.as_ref().map_or("unknown".into(), |h| format!("{:?}", h.status).to_lowercase()),
                     since_secs: health.map_or(0, |h| h.since_secs),
-                    next_retry_secs: None,
+                    next_retry_secs: self.gw.health.retry_in(&t.key.backend).map(|d| d.as_secs()),
                 }
             })
             .collect()
@@ -117,10 +117,25 @@ impl GatewayHandler {
         let Some(backend) = self.gw.upstream.get(&tool.key.backend) else {
             return Ok(meta::error_result(format!("tool not found: {name}")));
         };
+        if let Err(retry) = self.gw.health.call_gate(backend.name()) {
+            return Ok(meta::error_result(format!(
+                "backend `{}` is unavailable: its circuit breaker opened after repeated failures; it will be retried in {} s. Use another tool or try again later.",
+                backend.name(),
+                retry.as_secs().max(1)
+            )));
+        }
         params.name = tool.key.tool.to_string().into();
         match backend.call_tool(params, &ctx.ct).await {
             Ok(r) => Ok(r),
-            Err(e) => call_error(self.gw.mode, e),
+            Err(e) => {
+                if matches!(
+                    e,
+                    CallError::ConnectionLost { .. } | CallError::Timeout { .. } | CallError::NotConnected { .. }
+                ) {
+                    self.gw.health.call_failed(backend.name());
+                }
+                call_error(self.gw.mode, e)
+            }
         }
     }
 }

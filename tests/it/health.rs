@@ -92,3 +92,111 @@ async fn passthrough_session_gets_list_changed_and_calls_the_recovered_tool() {
     unstable.kill().await;
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_backend_that_dies_leaves_the_scope_and_its_breaker_fails_calls_fast() {
+    let stable = http_backend("echo").await;
+    let mut unstable = ChildBackend::start("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[optimizer]\ncache_dir = \"{}\"\n{HEALTH}\
+         [health.circuit_breaker]\nfailure_threshold = 2\ntimeout = \"2s\"\n{}{}",
+        shared_cache_dir(),
+        http_backend_toml("stable", &stable.url),
+        http_backend_toml("unstable", &unstable.url()),
+    );
+    let app = gateway(&toml, EmbedderChoice::Given(model())).await;
+    let (c, rec) = client(&app).await;
+    assert!(finds(&c, "unstable_echo").await);
+
+    unstable.kill().await;
+    assert!(
+        eventually(Duration::from_secs(15), || async { app.gateway.health.retry_in("unstable").is_some() }).await,
+        "the breaker opens"
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || async { !finds(&c, "unstable_echo").await }).await,
+        "gone from find_tool on the same session"
+    );
+    let started = std::time::Instant::now();
+    let r = call(&c, "call_tool", json!({"tool_name": "unstable_echo", "parameters": {"input": "x"}})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(started.elapsed() < Duration::from_millis(500), "fails fast: {:?}", started.elapsed());
+    // The stable backend is unaffected.
+    let r = call(&c, "call_tool", json!({"tool_name": "stable_echo", "parameters": {"input": "ok"}})).await;
+    assert_eq!(text(&r), "ok");
+
+    unstable.restart().await;
+    assert!(eventually(Duration::from_secs(30), || finds(&c, "unstable_echo")).await, "half-open probe closes it");
+    assert!(app.gateway.health.retry_in("unstable").is_none());
+    assert_eq!(rec.tools_changed.load(Ordering::SeqCst), 0);
+    c.cancel().await.unwrap();
+    unstable.kill().await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn flapping_causes_a_bounded_number_of_resyncs() {
+    let stable = http_backend("echo").await;
+    let mut unstable = ChildBackend::start("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}{}{}",
+        http_backend_toml("stable", &stable.url),
+        http_backend_toml("unstable", &unstable.url()),
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
+    let before = app.gateway.counters.resyncs.load(Ordering::Relaxed);
+    let flap = Duration::from_secs(20);
+    let start = std::time::Instant::now();
+    let mut calls = 0;
+    while start.elapsed() < flap {
+        unstable.kill().await;
+        let r = call(&c, "stable_echo", json!({"input": "steady"})).await;
+        assert_eq!(text(&r), "steady", "the stable backend never errs");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        unstable.restart().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        calls += 1;
+    }
+    let resyncs = app.gateway.counters.resyncs.load(Ordering::Relaxed) - before;
+    // The notifier delivers at most a leading and a trailing change per interval (1 s).
+    assert!(resyncs <= 2 * flap.as_secs() + 4, "{resyncs} resyncs in {flap:?} of flapping ({calls} cycles)");
+    assert!(
+        eventually(Duration::from_secs(15), || async {
+            c.list_all_tools().await.unwrap().iter().any(|t| t.name == "unstable_echo")
+        })
+        .await,
+        "ends up, as the backend is"
+    );
+    eprintln!("flapping: {calls} cycles, {resyncs} resyncs");
+    c.cancel().await.unwrap();
+    unstable.kill().await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_backends_own_list_changed_reaches_the_same_session() {
+    let stable = http_backend("echo").await;
+    let kit = http_backend("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}{}{}",
+        http_backend_toml("stable", &stable.url),
+        http_backend_toml("kit", &kit.url),
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (c, rec) = client(&app).await;
+    let r = call(&c, "kit_add_tool", json!({"name": "fresh"})).await;
+    assert_eq!(text(&r), "added tool fresh");
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            c.list_all_tools().await.unwrap().iter().any(|t| t.name == "kit_fresh")
+        })
+        .await,
+        "the new tool is listed"
+    );
+    assert!(rec.tools_changed.load(Ordering::SeqCst) >= 1, "and announced");
+    let r = call(&c, "kit_fresh", json!({"input": "new"})).await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
