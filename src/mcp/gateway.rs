@@ -127,6 +127,11 @@ impl Gateway {
         self.epoch.send_modify(|e| *e += 1);
     }
 
+    /// Ticks when scopes may have changed.
+    pub fn subscribe_scopes(&self) -> watch::Receiver<u64> {
+        self.epoch.subscribe()
+    }
+
     pub fn epoch(&self) -> u64 {
         *self.epoch.borrow()
     }

@@ -8,13 +8,14 @@
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams, GetPromptResponse, Implementation,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, Prompt, ReadResourceRequestParams, ReadResourceResponse,
     ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use sha2::{Digest, Sha256};
 
@@ -224,6 +225,32 @@ impl ServerHandler for GatewayHandler {
             },
         };
         Ok(result.into())
+    }
+
+    fn accepted_subscription_filter(&self, _requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// A stateless caller's `subscriptions/listen`: in passthrough mode, `tools/list_changed`
+    /// whenever that caller's visible tool list changes (optimizer mode's two tools never do).
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let caller = caller_of(context.request_context());
+        let mut epochs = self.gw.subscribe_scopes();
+        let mut current = self.gw.stateless_snapshot(&caller);
+        loop {
+            tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                r = epochs.changed() => if r.is_err() { return Ok(()) },
+            }
+            let next = self.gw.stateless_snapshot(&caller);
+            if self.gw.mode == Mode::Passthrough && !current.same_tools(&next) {
+                if context.sink().notify_tool_list_changed().await.is_err() {
+                    return Ok(());
+                }
+                self.gw.counters.list_changed_sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            current = next;
+        }
     }
 
     async fn list_resources(

@@ -200,3 +200,34 @@ async fn a_backends_own_list_changed_reaches_the_same_session() {
     c.cancel().await.unwrap();
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn stateless_passthrough_listeners_get_list_changed() {
+    use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    let stable = http_backend("echo").await;
+    let mut unstable = ChildBackend::start("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}{}{}",
+        http_backend_toml("stable", &stable.url),
+        http_backend_toml("unstable", &unstable.url()),
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let c = Recorder::default()
+        .serve_with_lifecycle(
+            rmcp::transport::StreamableHttpClientTransport::from_uri(url),
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
+        .await
+        .unwrap();
+    let mut sub = c.peer().listen(SubscriptionFilter::builder().tools_list_changed().build()).await.unwrap();
+    unstable.kill().await;
+    let got = tokio::time::timeout(Duration::from_secs(15), sub.next()).await.expect("a notification in time").unwrap();
+    assert!(matches!(got, Some(ServerNotification::ToolListChangedNotification(_))), "{got:?}");
+    let tools = c.list_all_tools().await.unwrap();
+    assert!(!tools.iter().any(|t| t.name == "unstable_echo"), "the next request sees the new scope");
+    drop(sub);
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
