@@ -96,8 +96,21 @@ fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T
         .collect()
 }
 
+/// Which text is indexed per tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TextForm {
+    /// find_tool's form: split name, description, parameter names and descriptions.
+    Full,
+    /// The reference gateway's `name: … description: …`, for comparison.
+    NameDescription,
+}
+
 /// Builds the eval catalog: tools keep their own names (no backend prefix).
 pub fn catalog(tools: &Path) -> anyhow::Result<Catalog> {
+    catalog_with(tools, TextForm::Full)
+}
+
+pub fn catalog_with(tools: &Path, form: TextForm) -> anyhow::Result<Catalog> {
     let raw: Vec<EvalTool> = read_jsonl(tools)?;
     let tools = raw
         .into_iter()
@@ -107,7 +120,12 @@ pub fn catalog(tools: &Path) -> anyhow::Result<Catalog> {
                 .and_then(|s| s.as_object().cloned())
                 .unwrap_or_else(|| json!({"type": "object"}).as_object().cloned().unwrap_or_default());
             let tool = Tool::new(t.name.clone(), t.description, Arc::new(schema));
-            CatalogTool::new(ToolKey { backend: Arc::from("eval"), tool: Arc::from(t.name.as_str()) }, tool)
+            let mut t =
+                CatalogTool::new(ToolKey { backend: Arc::from("eval"), tool: Arc::from(t.name.as_str()) }, tool);
+            if form == TextForm::NameDescription {
+                t.text = crate::catalog::text::name_description_text(&t.tool);
+            }
+            t
         })
         .collect();
     Ok(Catalog::from_tools(tools))
@@ -119,8 +137,9 @@ pub async fn run(
     k: usize,
     out: Option<&Path>,
     model_dir: Option<&Path>,
+    form: TextForm,
 ) -> anyhow::Result<()> {
-    let catalog = catalog(tools)?;
+    let catalog = catalog_with(tools, form)?;
     let queries: Vec<EvalQuery> = read_jsonl(queries)?;
     let files = files::locate(crate::config::DEFAULT_MODEL, model_dir, &files::default_model_roots(), true)?;
     let embedder = Arc::new(ModelEmbedder::start(&files)?);

@@ -76,6 +76,9 @@ enum Command {
         /// Model folder (defaults as for optimizer.model_dir).
         #[arg(long)]
         model_dir: Option<PathBuf>,
+        /// Which text to index per tool.
+        #[arg(long, value_enum, default_value = "full")]
+        text_form: toolmux::eval::TextForm,
     },
 }
 
@@ -153,8 +156,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Eval { tools, queries, k, out, model_dir } => {
-            toolmux::eval::run(&tools, &queries, k, out.as_deref(), model_dir.as_deref()).await?;
+        Command::Eval { tools, queries, k, out, model_dir, text_form } => {
+            toolmux::eval::run(&tools, &queries, k, out.as_deref(), model_dir.as_deref(), text_form).await?;
             Ok(ExitCode::SUCCESS)
         }
     }

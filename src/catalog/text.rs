@@ -47,6 +47,12 @@ pub fn words(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The reference gateway's form, `name: <name> description: <description>`, kept for
+/// `toolmux eval --text-form name-description` comparisons.
+pub fn name_description_text(tool: &Tool) -> String {
+    format!("name: {} description: {}", tool.name, tool.description.as_deref().unwrap_or_default())
+}
+
 /// The text of a tool that both search arms index.
 pub fn search_text(tool: &Tool) -> String {
     let mut s = split_identifier(&tool.name).join(" ");
