@@ -58,6 +58,7 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize) -> Arc<Gateway> {
         upstream,
         health,
         policy: Arc::new(AllowAll),
+        relay: toolmux::mcp::relay::Hub::new(),
         ct: tokio_util::sync::CancellationToken::new(),
     })
 }

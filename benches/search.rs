@@ -148,6 +148,7 @@ fn benches(c: &mut Criterion) {
             &toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay)),
         ),
         policy: Arc::new(AllowAll),
+        relay: toolmux::mcp::relay::Hub::new(),
         ct: tokio_util::sync::CancellationToken::new(),
     });
     let handler = toolmux::mcp::GatewayHandler::new(gw.clone());

@@ -20,9 +20,10 @@ use crate::embed::worker::ModelEmbedder;
 use crate::health::Monitor;
 use crate::mcp::Gateway;
 use crate::mcp::gateway::Parts;
+use crate::mcp::relay::Hub;
 use crate::session::{AllowAll, Policy};
 use crate::store::Store;
-use crate::upstream::{NoRelay, Upstream};
+use crate::upstream::Upstream;
 
 /// How long shutdown waits for tasks to finish.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -91,7 +92,8 @@ impl App {
             None => None,
         };
         let store = Arc::new(Store::new(embedder, vector_cache));
-        let upstream = Arc::new(Upstream::new(&config.backends, Arc::new(NoRelay)));
+        let relay = Hub::new();
+        let upstream = Arc::new(Upstream::new(&config.backends, relay.clone()));
         let health = Monitor::new(config.health.clone(), &upstream);
         let gateway = Gateway::new(Parts {
             mode: config.server.mode,
@@ -102,6 +104,7 @@ impl App {
             upstream: upstream.clone(),
             health: health.clone(),
             policy: opts.policy,
+            relay,
             ct: ct.clone(),
         });
 

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::Aggregation;
 use crate::config::Mode;
 use crate::health::Monitor;
+use crate::mcp::relay::Hub;
 use crate::session::{Caller, Policy, SessionHandle, Snapshot, scope};
 use crate::store::Store;
 use crate::upstream::Upstream;
@@ -35,6 +36,8 @@ pub struct Parts {
     pub upstream: Arc<Upstream>,
     pub health: Arc<Monitor>,
     pub policy: Arc<dyn Policy>,
+    /// Carries backend-initiated traffic to the right client; also given to the backends.
+    pub relay: Arc<Hub>,
     pub ct: CancellationToken,
 }
 
@@ -47,6 +50,7 @@ pub struct Gateway {
     pub upstream: Arc<Upstream>,
     pub health: Arc<Monitor>,
     policy: Arc<dyn Policy>,
+    pub relay: Arc<Hub>,
     /// Live sessions (pruned as they go). Written by [`Gateway::open_session`].
     sessions: Mutex<Vec<Weak<SessionHandle>>>,
     /// Bumped when the generation or any backend's advertisability changes.
@@ -70,6 +74,7 @@ impl Gateway {
             upstream: p.upstream,
             health: p.health,
             policy: p.policy,
+            relay: p.relay,
             sessions: Mutex::new(Vec::new()),
             epoch,
             stateless: Mutex::new(HashMap::new()),

@@ -2,18 +2,26 @@
 //! 2025-11-25) or per request (2026-07-28, stateless); either way every request loads one
 //! snapshot and uses it to the end.
 //!
+//! Logging (`logging/setLevel`, log notifications) is deprecated by SEP-2577 but still what
+//! 2025-11-25 clients and backends use, so the gateway carries it.
+//!
 //! Errors reach the wire through the `*_error` functions at the bottom: each internal error kind
 //! maps to exactly one JSON-RPC error or tool result.
+
+#![expect(deprecated, reason = "logging is relayed as 2025-11-25 peers use it")]
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
-use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams, GetPromptResponse, Implementation,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, Prompt, ReadResourceRequestParams, ReadResourceResponse,
     ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::model::{
+    CompleteRequestParams, CompleteResult, CompletionInfo, Reference, SetLevelRequestParams, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
@@ -27,6 +35,9 @@ use crate::index::{AllowList, Slot};
 use crate::session::{Caller, SessionHandle, Snapshot};
 use crate::store::{Query, Ranker};
 use crate::upstream::{Backend, CallError};
+
+/// Scheduler turns given to trailing backend notifications after a call's result arrives.
+const RELAY_SETTLE_YIELDS: usize = 4;
 
 pub struct GatewayHandler {
     gw: Arc<Gateway>,
@@ -126,7 +137,27 @@ impl GatewayHandler {
             )));
         }
         params.name = tool.key.tool.to_string().into();
-        match backend.call_tool(params, &ctx.ct).await {
+        // rmcp moves the request's `_meta` into the context, and gives the forwarded request a
+        // progress token of its own; the relay maps that one back to the client's.
+        let (call_guard, mut relayed) =
+            self.gw.relay.begin_call(backend.name(), ctx.peer.clone(), ctx.meta.get_progress_token());
+        let call = backend.call_tool(params, &ctx.ct, |t| call_guard.route_progress(t));
+        tokio::pin!(call);
+        let outcome = loop {
+            tokio::select! {
+                r = &mut call => break r,
+                Some(n) = relayed.recv() => n.send(&ctx.peer).await,
+            }
+        };
+        // rmcp hands notifications to spawned tasks, so the last ones can trail the response by
+        // a scheduling step: let them land, and pass them on before the result.
+        for _ in 0..RELAY_SETTLE_YIELDS {
+            tokio::task::yield_now().await;
+            while let Ok(n) = relayed.try_recv() {
+                n.send(&ctx.peer).await;
+            }
+        }
+        match outcome {
             Ok(r) => Ok(r),
             Err(e) => {
                 if matches!(
@@ -157,10 +188,13 @@ fn caller_of(ctx: &RequestContext<RoleServer>) -> Caller {
 impl ServerHandler for GatewayHandler {
     fn get_info(&self) -> ServerConfig {
         let mut caps = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
             .enable_tools()
             .enable_tool_list_changed()
-            .enable_resources()
-            .enable_prompts()
             .build();
         if self.gw.mode == Mode::Optimizer {
             caps.tools = Some(Default::default());
@@ -213,9 +247,7 @@ impl ServerHandler for GatewayHandler {
                 CALL_TOOL => match meta::parse_call(request.arguments.as_ref()) {
                     Err(msg) => meta::error_result(msg),
                     Ok(args) => {
-                        let mut inner =
-                            CallToolRequestParams::new(args.tool_name.clone()).with_arguments(args.parameters);
-                        inner.meta = request.meta.clone();
+                        let inner = CallToolRequestParams::new(args.tool_name.clone()).with_arguments(args.parameters);
                         self.forward_call(&snap, &args.tool_name, inner, &context).await?
                     }
                 },
@@ -225,6 +257,70 @@ impl ServerHandler for GatewayHandler {
             },
         };
         Ok(result.into())
+    }
+
+    /// Forwarded to every advertised backend: the client asked for this level of detail.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        for b in self.advertisable_backends() {
+            if let Some(peer) = b.peer()
+                && peer.peer_info().is_some_and(|i| i.capabilities.logging.is_some())
+                && let Err(e) = peer.set_level(request.clone()).await
+            {
+                tracing::debug!(backend = b.name(), %e, "logging/setLevel not accepted");
+            }
+        }
+        Ok(())
+    }
+
+    async fn complete(
+        &self,
+        mut request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let owner = match &mut request.r#ref {
+            Reference::Prompt(p) => {
+                self.prompts().into_iter().find(|(e, _, _)| e.name == p.name).map(|(_, b, original)| {
+                    p.name = original;
+                    b
+                })
+            }
+            Reference::Resource(r) => self.resource_owner(&r.uri.clone()),
+            _ => None,
+        };
+        let Some(backend) = owner else {
+            return Ok(CompleteResult::new(CompletionInfo::default()));
+        };
+        backend.complete(request, &context.ct).await.map_err(wire_error)
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let Some(backend) = self.resource_owner(&request.uri) else {
+            return Err(ErrorData::resource_not_found(format!("resource not found: {}", request.uri), None));
+        };
+        let uri = request.uri.clone();
+        backend.subscribe(request, &context.ct).await.map_err(wire_error)?;
+        self.gw.relay.subscribe(&uri, context.peer.clone());
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let last = self.gw.relay.unsubscribe(&request.uri, &context.peer);
+        if last && let Some(backend) = self.resource_owner(&request.uri) {
+            backend.unsubscribe(request, &context.ct).await.map_err(wire_error)?;
+        }
+        Ok(())
     }
 
     fn accepted_subscription_filter(&self, _requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
@@ -293,15 +389,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let uri = request.uri.clone();
-        let owner = self
-            .advertisable_backends()
-            .find(|b| b.listing().resources.iter().any(|r| r.uri == uri))
-            .or_else(|| {
-                self.advertisable_backends()
-                    .find(|b| b.listing().templates.iter().any(|t| template_matches(&t.uri_template, &uri)))
-            })
-            .cloned();
-        let Some(backend) = owner else {
+        let Some(backend) = self.resource_owner(&uri) else {
             return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
         };
         match backend.read_resource(request, &context.ct).await {
@@ -335,6 +423,17 @@ impl ServerHandler for GatewayHandler {
 }
 
 impl GatewayHandler {
+    /// The advertised backend serving `uri`: one that lists it, else one whose template fits it.
+    fn resource_owner(&self, uri: &str) -> Option<Arc<Backend>> {
+        self.advertisable_backends()
+            .find(|b| b.listing().resources.iter().any(|r| r.uri == uri))
+            .or_else(|| {
+                self.advertisable_backends()
+                    .find(|b| b.listing().templates.iter().any(|t| template_matches(&t.uri_template, uri)))
+            })
+            .cloned()
+    }
+
     /// Exposed prompts with their backend and original name; named like tools.
     fn prompts(&self) -> Vec<(Prompt, Arc<Backend>, String)> {
         let agg = &self.gw.aggregation;

@@ -4,6 +4,7 @@
 pub mod gateway;
 pub mod handler;
 pub mod meta;
+pub mod relay;
 
 pub use gateway::Gateway;
 pub use handler::GatewayHandler;

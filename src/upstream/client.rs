@@ -1,23 +1,65 @@
 //! The gateway's side of each backend connection: an rmcp client handler that turns the
 //! backend's list-change notifications into a re-list, and hands everything else the backend
-//! sends to a [`Relay`].
+//! initiates (sampling and elicitation requests, progress, logging, resource updates) to a
+//! [`Relay`], which knows which client session it belongs to.
+
+#![expect(deprecated, reason = "sampling and logging are relayed as the backends use them")]
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use rmcp::ClientHandler;
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
-use rmcp::service::{NotificationContext, RoleClient};
+use rmcp::ErrorData;
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
+    ElicitResult, Implementation, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ResourceUpdatedNotificationParam,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use tokio::sync::Notify;
 
-/// Where backend-initiated traffic goes (the session layer implements it).
+/// Where backend-initiated traffic goes (the MCP layer implements it).
 pub trait Relay: Send + Sync + 'static {
+    /// `sampling/createMessage` from `backend`, to be answered by the client whose call caused it.
+    fn create_message(
+        &self,
+        backend: &str,
+        params: CreateMessageRequestParams,
+    ) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>>;
+    /// `elicitation/create` from `backend`, likewise.
+    fn create_elicitation(
+        &self,
+        backend: &str,
+        params: ElicitRequestParams,
+    ) -> BoxFuture<'static, Result<ElicitResult, ErrorData>>;
+    fn progress(&self, backend: &str, params: ProgressNotificationParam);
+    fn logging(&self, backend: &str, params: LoggingMessageNotificationParam);
     /// A backend resource changed (`notifications/resources/updated`).
-    fn resource_updated(&self, _backend: &str, _uri: &str) {}
+    fn resource_updated(&self, backend: &str, uri: &str);
 }
 
-/// A relay that drops everything.
+/// A relay that answers requests with an error and drops notifications.
 pub struct NoRelay;
-impl Relay for NoRelay {}
+
+impl Relay for NoRelay {
+    fn create_message(
+        &self,
+        _: &str,
+        _: CreateMessageRequestParams,
+    ) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
+        Box::pin(async { Err(ErrorData::internal_error("no client to relay sampling to", None)) })
+    }
+    fn create_elicitation(
+        &self,
+        _: &str,
+        _: ElicitRequestParams,
+    ) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
+        Box::pin(async { Err(ErrorData::internal_error("no client to relay elicitation to", None)) })
+    }
+    fn progress(&self, _: &str, _: ProgressNotificationParam) {}
+    fn logging(&self, _: &str, _: LoggingMessageNotificationParam) {}
+    fn resource_updated(&self, _: &str, _: &str) {}
+}
 
 pub struct UpstreamClient {
     backend: String,
@@ -33,7 +75,37 @@ impl UpstreamClient {
 
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("toolmux", env!("CARGO_PKG_VERSION")))
+        // Sampling and elicitation are relayed to the client session that made the call.
+        let caps = ClientCapabilities::builder().enable_sampling().enable_elicitation().build();
+        ClientConfig::new(caps, Implementation::new("toolmux", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        self.relay.create_message(&self.backend, params).await
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.relay.create_elicitation(&self.backend, params).await
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.relay.progress(&self.backend, params);
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.relay.logging(&self.backend, params);
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
@@ -51,7 +123,7 @@ impl ClientHandler for UpstreamClient {
 
     async fn on_resource_updated(
         &self,
-        params: rmcp::model::ResourceUpdatedNotificationParam,
+        params: ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
         self.relay.resource_updated(&self.backend, &params.uri);

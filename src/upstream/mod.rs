@@ -18,10 +18,12 @@ use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, GetPromptRequestParams, GetPromptResult, Prompt, ReadResourceRequestParams,
-    ReadResourceResult, Resource, ResourceTemplate, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest,
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResult, ProgressToken, Prompt,
+    ReadResourceRequestParams, ReadResourceResult, Resource, ResourceTemplate, ServerResult, SubscribeRequestParams,
+    Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::{Peer, RoleClient, RunningService, ServiceError};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::{ErrorData, ServiceExt};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -271,12 +273,50 @@ impl Backend {
         }
     }
 
+    /// Forwards a tool call. rmcp gives every outgoing request a progress token of its own;
+    /// `on_token` learns it before the backend can send progress, so progress can be routed back.
+    /// A call given up (timeout, client cancellation) is cancelled at the backend.
     pub async fn call_tool(
         &self,
         params: CallToolRequestParams,
         ct: &CancellationToken,
+        on_token: impl FnOnce(&ProgressToken),
     ) -> Result<CallToolResult, CallError> {
-        self.forward(ct, |p| async move { p.call_tool(params).await }).await
+        let backend = self.name().to_string();
+        let peer = self.peer().ok_or_else(|| CallError::NotConnected { backend: backend.clone() })?;
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| self.map_error(e))?;
+        on_token(&handle.progress_token);
+        let id = handle.id.clone();
+        let timeout = self.config.timeout;
+        let outcome = tokio::select! {
+            _ = ct.cancelled() => Err(CallError::Cancelled),
+            r = tokio::time::timeout(timeout, handle.await_response()) => match r {
+                Err(_) => Err(CallError::Timeout { backend: backend.clone(), after: timeout }),
+                Ok(r) => r.map_err(|e| self.map_error(e)),
+            },
+        };
+        match outcome {
+            Ok(ServerResult::CallToolResult(r)) => Ok(r),
+            Ok(ServerResult::EmptyResult(_)) => Ok(CallToolResult::success(Vec::new())),
+            Ok(_) => Err(CallError::ConnectionLost {
+                backend,
+                detail: "the backend answered with another kind of result".into(),
+            }),
+            Err(e @ (CallError::Cancelled | CallError::Timeout { .. })) => {
+                let reason = if matches!(e, CallError::Cancelled) {
+                    "cancelled by the client"
+                } else {
+                    "timed out at the gateway"
+                };
+                let _ = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason.into()))).await;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub async fn read_resource(
@@ -293,6 +333,24 @@ impl Backend {
         ct: &CancellationToken,
     ) -> Result<GetPromptResult, CallError> {
         self.forward(ct, |p| async move { p.get_prompt(params).await }).await
+    }
+
+    pub async fn complete(
+        &self,
+        params: CompleteRequestParams,
+        ct: &CancellationToken,
+    ) -> Result<CompleteResult, CallError> {
+        self.forward(ct, |p| async move { p.complete(params).await }).await
+    }
+
+    #[expect(deprecated, reason = "resources/subscribe is how 2025-11-25 clients subscribe")]
+    pub async fn subscribe(&self, params: SubscribeRequestParams, ct: &CancellationToken) -> Result<(), CallError> {
+        self.forward(ct, |p| async move { p.subscribe(params).await }).await
+    }
+
+    #[expect(deprecated, reason = "resources/unsubscribe is how 2025-11-25 clients unsubscribe")]
+    pub async fn unsubscribe(&self, params: UnsubscribeRequestParams, ct: &CancellationToken) -> Result<(), CallError> {
+        self.forward(ct, |p| async move { p.unsubscribe(params).await }).await
     }
 
     /// One health probe: a ping-equivalent round trip (tools/list) on the live connection.

@@ -179,7 +179,11 @@ pub async fn client_with_auth(app: &App, token: Option<&str>) -> (Client, Record
     (c, rec)
 }
 
-pub async fn call(c: &Client, name: &str, args: Value) -> CallToolResult {
+pub async fn call<S: rmcp::Service<RoleClient>>(
+    c: &RunningService<RoleClient, S>,
+    name: &str,
+    args: Value,
+) -> CallToolResult {
     let mut p = CallToolRequestParams::new(name.to_string());
     if let Value::Object(m) = args {
         p = p.with_arguments(m);

@@ -2,7 +2,11 @@
 
 mod harness;
 
+#[path = "../conformance/server.rs"]
+mod conformance_server;
+
 mod gateway;
 mod health;
 mod http;
+mod relay;
 mod search;
