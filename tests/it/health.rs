@@ -11,21 +11,34 @@ use crate::harness::*;
 
 const HEALTH: &str = "[health]\ninterval = \"1s\"\ntimeout = \"500ms\"\nunhealthy_threshold = 2\n";
 
+/// `stable` (echo, in this process) and `unstable` (testkit, a child process to kill and restart)
+/// behind a gateway configured by `head` (the TOML before the backends).
+struct Pair {
+    _stable: HttpBackend,
+    unstable: ChildBackend,
+    app: toolmux::app::App,
+}
+
+async fn pair(head: &str, embedder: EmbedderChoice) -> Pair {
+    let stable = http_backend("echo").await;
+    let unstable = ChildBackend::start("testkit").await;
+    let toml =
+        format!("{head}{}{}", http_backend_toml("stable", &stable.url), http_backend_toml("unstable", &unstable.url()));
+    let app = gateway(&toml, embedder).await;
+    Pair { _stable: stable, unstable, app }
+}
+
 async fn finds(c: &Client, name: &str) -> bool {
     found(&call(c, "find_tool", json!({"tool_description": "echo back a message"})).await).iter().any(|n| n == name)
 }
 
 #[tokio::test]
 async fn optimizer_session_follows_a_recovery_without_list_changed() {
-    let stable = http_backend("echo").await;
-    let mut unstable = ChildBackend::start("testkit").await;
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\n[optimizer]\ncache_dir = \"{}\"\n{HEALTH}{}{}",
-        shared_cache_dir(),
-        http_backend_toml("stable", &stable.url),
-        http_backend_toml("unstable", &unstable.url()),
-    );
-    let app = gateway(&toml, EmbedderChoice::Given(model())).await;
+    let Pair { _stable, mut unstable, app } = pair(
+        &format!("[server]\nlisten = \"127.0.0.1:0\"\n[optimizer]\ncache_dir = \"{}\"\n{HEALTH}", shared_cache_dir()),
+        EmbedderChoice::Given(model()),
+    )
+    .await;
     unstable.kill().await;
     assert!(
         eventually(Duration::from_secs(15), || async { !app.gateway.advertisable("unstable") }).await,
@@ -59,14 +72,9 @@ async fn optimizer_session_follows_a_recovery_without_list_changed() {
 
 #[tokio::test]
 async fn passthrough_session_gets_list_changed_and_calls_the_recovered_tool() {
-    let stable = http_backend("echo").await;
-    let mut unstable = ChildBackend::start("testkit").await;
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}{}{}",
-        http_backend_toml("stable", &stable.url),
-        http_backend_toml("unstable", &unstable.url()),
-    );
-    let app = gateway(&toml, EmbedderChoice::None).await;
+    let Pair { _stable, mut unstable, app } =
+        pair(&format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}"), EmbedderChoice::None)
+            .await;
     let (c, rec) = client(&app).await;
     let peer = c.peer().clone();
     let listed = || {
@@ -95,16 +103,12 @@ async fn passthrough_session_gets_list_changed_and_calls_the_recovered_tool() {
 
 #[tokio::test]
 async fn a_backend_that_dies_leaves_the_scope_and_its_breaker_fails_calls_fast() {
-    let stable = http_backend("echo").await;
-    let mut unstable = ChildBackend::start("testkit").await;
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\n[optimizer]\ncache_dir = \"{}\"\n{HEALTH}\
-         [health.circuit_breaker]\nfailure_threshold = 2\ntimeout = \"2s\"\n{}{}",
-        shared_cache_dir(),
-        http_backend_toml("stable", &stable.url),
-        http_backend_toml("unstable", &unstable.url()),
+    let breaker = "[health.circuit_breaker]\nfailure_threshold = 2\ntimeout = \"2s\"\n";
+    let head = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[optimizer]\ncache_dir = \"{}\"\n{HEALTH}{breaker}",
+        shared_cache_dir()
     );
-    let app = gateway(&toml, EmbedderChoice::Given(model())).await;
+    let Pair { _stable, mut unstable, app } = pair(&head, EmbedderChoice::Given(model())).await;
     let (c, rec) = client(&app).await;
     assert!(finds(&c, "unstable_echo").await);
 
@@ -136,14 +140,9 @@ async fn a_backend_that_dies_leaves_the_scope_and_its_breaker_fails_calls_fast()
 
 #[tokio::test]
 async fn flapping_causes_a_bounded_number_of_resyncs() {
-    let stable = http_backend("echo").await;
-    let mut unstable = ChildBackend::start("testkit").await;
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}{}{}",
-        http_backend_toml("stable", &stable.url),
-        http_backend_toml("unstable", &unstable.url()),
-    );
-    let app = gateway(&toml, EmbedderChoice::None).await;
+    let Pair { _stable, mut unstable, app } =
+        pair(&format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}"), EmbedderChoice::None)
+            .await;
     let (c, _) = client(&app).await;
     let before = app.gateway.counters.resyncs.load(Ordering::Relaxed);
     let flap = Duration::from_secs(20);
@@ -205,14 +204,9 @@ async fn a_backends_own_list_changed_reaches_the_same_session() {
 async fn stateless_passthrough_listeners_get_list_changed() {
     use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
     use rmcp::{ClientLifecycleMode, ClientServiceExt};
-    let stable = http_backend("echo").await;
-    let mut unstable = ChildBackend::start("testkit").await;
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}{}{}",
-        http_backend_toml("stable", &stable.url),
-        http_backend_toml("unstable", &unstable.url()),
-    );
-    let app = gateway(&toml, EmbedderChoice::None).await;
+    let Pair { _stable, mut unstable, app } =
+        pair(&format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}"), EmbedderChoice::None)
+            .await;
     let url = format!("http://{}/mcp", app.addr.unwrap());
     let c = Recorder::default()
         .serve_with_lifecycle(
