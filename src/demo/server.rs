@@ -26,6 +26,8 @@ struct Shared {
     tools: Mutex<Vec<Tool>>,
     /// Connected clients, told when the tools change.
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Calls the client cancelled before they finished (reported by `testkit`'s `cancelled_calls`).
+    cancelled: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Clone)]
@@ -41,6 +43,7 @@ impl DemoServer {
                 description: backend.description,
                 tools: Mutex::new(backend.tools),
                 peers: Mutex::new(Vec::new()),
+                cancelled: Default::default(),
             }),
         }
     }
@@ -96,7 +99,7 @@ impl ServerHandler for DemoServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _c: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let Some(tool) = self.tools().into_iter().find(|t| t.name == request.name) else {
             return Err(ErrorData::invalid_params(format!("unknown tool `{}`", request.name), None));
@@ -110,9 +113,15 @@ impl ServerHandler for DemoServer {
             "echo" => text(arg("input").as_str().unwrap_or_default()),
             "sleep" => {
                 let ms = arg("ms").as_u64().unwrap_or(0);
-                tokio::time::sleep(Duration::from_millis(ms)).await;
-                text(format!("slept {ms} ms"))
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => text(format!("slept {ms} ms")),
+                    _ = context.ct.cancelled() => {
+                        self.shared.cancelled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        text("cancelled")
+                    }
+                }
             }
+            "cancelled_calls" => text(self.shared.cancelled.load(std::sync::atomic::Ordering::SeqCst).to_string()),
             "exit" => std::process::exit(3),
             "add_tool" => self.add_tool(arg("name").as_str().unwrap_or("added")).await,
             "get_current_time" => text(format!("{:?}", std::time::SystemTime::now())),

@@ -306,3 +306,23 @@ async fn serve_stdio_fronts_the_backends_for_a_launching_client() {
     assert_eq!(text(&r), "through two stdio hops");
     c.cancel().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_clients_cancellation_reaches_the_backend() {
+    let kit = http_backend("testkit").await;
+    let toml =
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}", http_backend_toml("kit", &kit.url));
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
+    // Dropping the call future makes the rmcp client send notifications/cancelled.
+    let mut p = CallToolRequestParams::new("kit_sleep");
+    p = p.with_arguments(json!({"ms": 10_000}).as_object().unwrap().clone());
+    assert!(tokio::time::timeout(Duration::from_millis(300), c.call_tool(p)).await.is_err());
+    assert!(
+        eventually(Duration::from_secs(5), || async { text(&call(&c, "kit_cancelled_calls", json!({})).await) == "1" })
+            .await,
+        "the backend saw the cancellation"
+    );
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
