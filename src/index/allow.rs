@@ -77,6 +77,15 @@ impl AllowList {
         })
     }
 
+    /// Adds every slot of `other` (a list over the same generation).
+    pub fn union_with(&mut self, other: &AllowList) {
+        assert_eq!(self.len, other.len, "allow-lists of different generations");
+        for (w, o) in self.words.iter_mut().zip(other.words.iter()) {
+            *w |= o;
+        }
+        self.count = self.words.iter().map(|w| w.count_ones() as usize).sum();
+    }
+
     /// Heap bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.words.len() * 8

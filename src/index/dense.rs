@@ -17,7 +17,7 @@ pub const EXACT_MAX_ALLOWED: usize = 20_000;
 /// Graph parameters (M, ef_construction, ef_search).
 pub const HNSW_M: usize = 16;
 pub const HNSW_EF_CONSTRUCTION: usize = 100;
-pub const HNSW_EF_SEARCH: usize = 128;
+pub const HNSW_EF_SEARCH: usize = 400;
 
 /// Which path answered a query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -31,6 +31,11 @@ impl Caller {
 /// Narrows a caller's scope beyond backend health; the hook authorization plugs into.
 pub trait Policy: Send + Sync + 'static {
     fn allows(&self, caller: &Caller, tool: &CatalogTool) -> bool;
+
+    /// True if `caller` may use every tool: [`scope`] then skips the per-tool walk.
+    fn allows_everything(&self, _caller: &Caller) -> bool {
+        false
+    }
 }
 
 /// Allows every tool to every caller.
@@ -38,6 +43,10 @@ pub struct AllowAll;
 
 impl Policy for AllowAll {
     fn allows(&self, _: &Caller, _: &CatalogTool) -> bool {
+        true
+    }
+
+    fn allows_everything(&self, _: &Caller) -> bool {
         true
     }
 }
@@ -81,6 +90,7 @@ impl Snapshot {
 }
 
 /// Computes a caller's scope over `generation`.
+/// `advertisable` is asked once per backend, not per tool.
 pub fn scope(
     generation: Arc<Generation>,
     advertisable: &dyn Fn(&str) -> bool,
@@ -90,10 +100,22 @@ pub fn scope(
     let tools = generation.catalog.tools();
     let mut allow = AllowList::none(tools.len());
     let mut baseline_tokens = 0;
-    for (slot, t) in tools.iter().enumerate() {
-        if advertisable(&t.key.backend) && policy.allows(caller, t) {
-            allow.insert(slot as Slot);
-            baseline_tokens += t.tokens;
+    let everything = policy.allows_everything(caller);
+    for b in &generation.by_backend {
+        if !advertisable(&b.backend) {
+            continue;
+        }
+        if everything {
+            allow.union_with(&b.slots);
+            baseline_tokens += b.tokens;
+            continue;
+        }
+        for slot in b.slots.iter() {
+            let t = &tools[slot as usize];
+            if policy.allows(caller, t) {
+                allow.insert(slot);
+                baseline_tokens += t.tokens;
+            }
         }
     }
     Snapshot { generation, allow, baseline_tokens }
@@ -146,9 +168,7 @@ mod tests {
             &[Listing { backend: "stable", tools: &a }, Listing { backend: "unstable", tools: &b }],
             &Aggregation::default(),
         );
-        let mut g = Generation::empty();
-        g.catalog = catalog;
-        Arc::new(g)
+        Arc::new(Generation::keyword_only(catalog))
     }
 
     struct OnlyEcho;

@@ -38,6 +38,17 @@ pub struct Generation {
     /// `None` when tool texts could not be embedded: search is keyword-only until the next build.
     pub dense: Option<DenseIndex>,
     pub keyword: Bm25Index,
+    /// Each backend's slots and their total token weight, so a scope is a union of a few
+    /// precomputed bitsets rather than a walk over every tool.
+    pub by_backend: Vec<BackendSlots>,
+}
+
+/// One backend's tools in a generation.
+#[derive(Debug, Clone)]
+pub struct BackendSlots {
+    pub backend: Arc<str>,
+    pub slots: AllowList,
+    pub tokens: u64,
 }
 
 impl std::fmt::Debug for Generation {
@@ -51,8 +62,35 @@ impl std::fmt::Debug for Generation {
 }
 
 impl Generation {
+    pub fn new(id: u64, catalog: Catalog, dense: Option<DenseIndex>, keyword: Bm25Index) -> Self {
+        let n = catalog.len();
+        let mut by_backend: Vec<BackendSlots> = Vec::new();
+        for (slot, t) in catalog.tools().iter().enumerate() {
+            let i = match by_backend.iter().position(|b| b.backend == t.key.backend) {
+                Some(i) => i,
+                None => {
+                    by_backend.push(BackendSlots {
+                        backend: t.key.backend.clone(),
+                        slots: AllowList::none(n),
+                        tokens: 0,
+                    });
+                    by_backend.len() - 1
+                }
+            };
+            by_backend[i].slots.insert(slot as u32);
+            by_backend[i].tokens += t.tokens;
+        }
+        Self { id, catalog, dense, keyword, by_backend }
+    }
+
     pub fn empty() -> Self {
-        Self { id: 0, catalog: Catalog::default(), dense: None, keyword: Bm25Index::default() }
+        Self::new(0, Catalog::default(), None, Bm25Index::default())
+    }
+
+    /// A generation of `catalog` with a keyword index only (tests, benchmarks).
+    pub fn keyword_only(catalog: Catalog) -> Self {
+        let keyword = Bm25Index::build(catalog.tools().iter().map(|t| t.text.as_str()));
+        Self::new(0, catalog, None, keyword)
     }
 }
 
@@ -154,7 +192,7 @@ impl Store {
         let generation = tokio::task::spawn_blocking(move || {
             let keyword = Bm25Index::build(catalog.tools().iter().map(|t| t.text.as_str()));
             let dense = dense.map(|(dim, data)| DenseIndex::build(dim, data, graph_min));
-            Generation { id, catalog, dense, keyword }
+            Generation::new(id, catalog, dense, keyword)
         })
         .await
         .expect("index build does not panic");
