@@ -42,8 +42,9 @@ fn testkit() -> DemoBackend {
         echo | Repeat or echo back a message exactly as given. | input*: The message to echo back\n\
         sleep | Wait for a number of milliseconds, then answer. | ms*:integer: How long to wait\n\
         exit | Exit the server process at once, in the middle of the call. | \n\
-                add_tool | Add a tool to this server at run time and announce the change. | name*: The new tool's name\n\
-        cancelled_calls | How many calls were cancelled by the client before they finished. | \n";
+        add_tool | Add a tool to this server at run time and announce the change. | name*: The new tool's name\n\
+        cancelled_calls | How many calls were cancelled by the client before they finished. | \n\
+        ask | Wait, then ask the calling client's model a question (sampling) and return its answer. | prompt*: The question; delay_ms:integer: How long to wait before asking\n";
     parse(text).expect("testkit parses").remove(0)
 }
 

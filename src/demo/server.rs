@@ -121,6 +121,11 @@ impl ServerHandler for DemoServer {
                     }
                 }
             }
+            "ask" => {
+                let ms = arg("delay_ms").as_u64().unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                ask_client(&context.peer, arg("prompt").as_str().unwrap_or_default()).await
+            }
             "cancelled_calls" => text(self.shared.cancelled.load(std::sync::atomic::Ordering::SeqCst).to_string()),
             "exit" => std::process::exit(3),
             "add_tool" => self.add_tool(arg("name").as_str().unwrap_or("added")).await,
@@ -199,6 +204,20 @@ impl ServerHandler for DemoServer {
         let msg =
             PromptMessage::new_text(Role::User, format!("Summarise {topic} using the {} tools.", self.shared.name));
         Ok(GetPromptResult::new(vec![msg]).into())
+    }
+}
+
+/// Asks the client's model `question` (sampling) and returns its text answer as the result.
+#[expect(deprecated, reason = "sampling is what 2025-11-25 clients answer")]
+async fn ask_client(peer: &Peer<RoleServer>, question: &str) -> CallToolResult {
+    use rmcp::model::{CreateMessageRequestParams, SamplingMessage};
+    let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(question)], 64);
+    match peer.create_message(params).await {
+        Ok(r) => {
+            let answer = r.message.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
+            text(answer.unwrap_or_default())
+        }
+        Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("sampling failed: {e}"))]),
     }
 }
 

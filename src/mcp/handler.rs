@@ -139,9 +139,14 @@ impl GatewayHandler {
         params.name = tool.key.tool.to_string().into();
         // rmcp moves the request's `_meta` into the context, and gives the forwarded request a
         // progress token of its own; the relay maps that one back to the client's.
-        let (call_guard, mut relayed) =
-            self.gw.relay.begin_call(backend.name(), ctx.peer.clone(), ctx.meta.get_progress_token());
-        let call = backend.call_tool(params, &ctx.ct, |t| call_guard.route_progress(t));
+        let (call_guard, mut relayed) = self.gw.relay.begin_call(
+            backend.name(),
+            self.session.get().map(|s| s.id),
+            ctx.peer.clone(),
+            ctx.id.clone(),
+            ctx.meta.get_progress_token(),
+        );
+        let call = backend.call_tool(params, &ctx.ct, |id, token| call_guard.sent(id, token));
         tokio::pin!(call);
         let outcome = loop {
             tokio::select! {

@@ -2,34 +2,52 @@
 //! and elicitation requests, progress and log notifications; and resource updates, carried to
 //! the sessions that subscribed.
 //!
-//! A forwarded call registers itself ([`Hub::begin_call`]) for as long as it runs. Its progress
-//! token is replaced by a gateway-unique one, so two sessions using the same token never see
-//! each other's progress; notifications with that token go back under the client's own token.
-//! A backend request (sampling, elicitation) or log line during calls goes to the most recent
-//! call still running on that backend: one connection per backend carries no other link
-//! between a backend request and the call that caused it.
+//! A forwarded call registers itself ([`Hub::begin_call`]) for as long as it runs, and learns the
+//! id and progress token rmcp gives the forwarded request ([`CallGuard::sent`]).
+//!
+//! - Progress is routed by token: the backend reports under the forwarded request's token, which
+//!   maps back to the client's own, so two sessions using the same token never see each other's.
+//! - A backend request (sampling, elicitation) that arrived on the response stream of one of our
+//!   calls (streamable HTTP backends, SEP-2260) goes to exactly that call's client, and rides
+//!   the stream of the client's own `tools/call` there too.
+//! - A backend request with no such link (stdio backends, an HTTP backend's standalone stream),
+//!   and every log line, goes to the one client session with calls running on that backend. If
+//!   calls from several sessions are running, nothing on the wire says which one it belongs to:
+//!   a request is refused with an error the backend sees, a log line is dropped. Sending one
+//!   client's prompt to another client would be worse than either.
 
 #![expect(deprecated, reason = "sampling and logging are relayed as the backends use them")]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
-    LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam, ProgressToken,
-    ResourceUpdatedNotificationParam,
+    ClientResult, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest,
+    ElicitRequestParams, ElicitResult, LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam,
+    ProgressToken, RequestId, ResourceUpdatedNotificationParam, ServerRequest,
 };
-use rmcp::service::{Peer, RoleServer};
+use rmcp::service::{OriginatingRequestId, Peer, RoleServer};
 use tokio::sync::mpsc;
 
 use crate::upstream::Relay;
 
+/// How long a backend request naming one of our calls waits for that call to finish registering
+/// (the request can overtake [`CallGuard::sent`] by a scheduling step).
+const REGISTRATION_GRACE: Duration = Duration::from_millis(100);
+
 struct Call {
     id: u64,
+    /// The client session, or `None` for a stateless request (a client of its own).
+    session: Option<u64>,
     peer: Peer<RoleServer>,
+    /// The client's `tools/call` request id: backend requests ride its response stream.
+    client_request: RequestId,
+    /// The forwarded request's id on the backend connection, once sent.
+    backend_request: Option<RequestId>,
     /// Notifications for the client, sent by the call's own request task (so that rmcp puts
     /// them on that request's response stream).
     tx: mpsc::UnboundedSender<Relayed>,
@@ -50,6 +68,22 @@ impl Relayed {
             Relayed::Log(l) => peer.notify_logging_message(l).await,
         };
     }
+}
+
+/// Where one piece of backend traffic goes.
+struct Target {
+    peer: Peer<RoleServer>,
+    client_request: RequestId,
+    tx: mpsc::UnboundedSender<Relayed>,
+}
+
+/// Why backend traffic has nowhere to go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unroutable {
+    /// No call is running on the backend (or none with the id the request named).
+    NoCall,
+    /// Calls from this many client sessions are running, and nothing says which one it is for.
+    Ambiguous(usize),
 }
 
 #[derive(Default)]
@@ -75,9 +109,19 @@ pub struct CallGuard {
 }
 
 impl CallGuard {
-    /// Routes progress the backend reports under `backend_token` to this call's client, if the
-    /// client asked for progress.
-    pub fn route_progress(&self, backend_token: &ProgressToken) {
+    /// Records the forwarded request's id and progress token on the backend connection, so that
+    /// the backend's requests and progress for it find this call's client.
+    pub fn sent(&self, backend_request: &RequestId, backend_token: &ProgressToken) {
+        if let Some(call) = self
+            .hub
+            .calls
+            .lock()
+            .expect("relay lock")
+            .get_mut(&self.backend)
+            .and_then(|calls| calls.iter_mut().find(|c| c.id == self.id))
+        {
+            call.backend_request = Some(backend_request.clone());
+        }
         let Some(original) = self.client_token.clone() else { return };
         let key = token_key(backend_token);
         self.hub.progress.lock().expect("relay lock").insert(key.clone(), (self.tx.clone(), original));
@@ -108,20 +152,26 @@ impl Hub {
         Arc::new(Self::default())
     }
 
-    /// Registers a call from `peer` to `backend`. The receiver yields the notifications to send
-    /// to the client while the call runs; progress goes back under `client_token`, once
-    /// [`CallGuard::route_progress`] names the token the backend will use.
+    /// Registers a call to `backend` made by `peer` in `session` (`None` for a stateless
+    /// request) with the client's request id `client_request`. The receiver yields the
+    /// notifications to send to the client while the call runs; progress goes back under
+    /// `client_token`, once [`CallGuard::sent`] names the token the backend will use.
     pub fn begin_call(
         self: &Arc<Self>,
         backend: &str,
+        session: Option<u64>,
         peer: Peer<RoleServer>,
+        client_request: RequestId,
         client_token: Option<ProgressToken>,
     ) -> (CallGuard, mpsc::UnboundedReceiver<Relayed>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         self.calls.lock().expect("relay lock").entry(backend.to_string()).or_default().push(Call {
             id,
+            session,
             peer,
+            client_request,
+            backend_request: None,
             tx: tx.clone(),
         });
         let guard = CallGuard {
@@ -135,12 +185,40 @@ impl Hub {
         (guard, rx)
     }
 
-    fn caller(&self, backend: &str) -> Option<Peer<RoleServer>> {
-        self.calls.lock().expect("relay lock").get(backend).and_then(|c| c.last()).map(|c| c.peer.clone())
+    /// The call that backend traffic belongs to: the one whose forwarded request is `origin`,
+    /// or, with no origin, the calls of the only session with calls running on `backend`.
+    fn route(&self, backend: &str, origin: Option<&RequestId>) -> Result<Target, Unroutable> {
+        let calls = self.calls.lock().expect("relay lock");
+        let running = calls.get(backend).map(Vec::as_slice).unwrap_or_default();
+        let target =
+            |c: &Call| Target { peer: c.peer.clone(), client_request: c.client_request.clone(), tx: c.tx.clone() };
+        if let Some(origin) = origin {
+            return running
+                .iter()
+                .find(|c| c.backend_request.as_ref() == Some(origin))
+                .map(target)
+                .ok_or(Unroutable::NoCall);
+        }
+        let sessions: HashSet<Option<u64>> = running.iter().map(|c| c.session).collect();
+        let clients = sessions.len() + running.iter().filter(|c| c.session.is_none()).count().saturating_sub(1);
+        match (running.last(), clients) {
+            (None, _) => Err(Unroutable::NoCall),
+            (Some(c), 1) => Ok(target(c)),
+            (Some(_), n) => Err(Unroutable::Ambiguous(n)),
+        }
     }
 
-    fn caller_channel(&self, backend: &str) -> Option<mpsc::UnboundedSender<Relayed>> {
-        self.calls.lock().expect("relay lock").get(backend).and_then(|c| c.last()).map(|c| c.tx.clone())
+    /// [`Hub::route`] for a backend request, giving a call that is still registering a moment.
+    async fn route_request(&self, backend: &str, origin: Option<&RequestId>) -> Result<Target, Unroutable> {
+        let deadline = tokio::time::Instant::now() + REGISTRATION_GRACE;
+        loop {
+            match self.route(backend, origin) {
+                Err(Unroutable::NoCall) if origin.is_some() && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     pub fn subscribe(&self, uri: &str, peer: Peer<RoleServer>) {
@@ -175,37 +253,69 @@ fn same_peer(a: &Peer<RoleServer>, b: &Peer<RoleServer>) -> bool {
     }
 }
 
-fn no_caller(what: &str, backend: &str) -> ErrorData {
-    ErrorData::internal_error(
-        format!("backend `{backend}` sent {what} outside any client call; nothing to relay it to"),
-        None,
-    )
+fn unroutable(what: &str, backend: &str, why: Unroutable) -> ErrorData {
+    let message = match why {
+        Unroutable::NoCall => {
+            format!("backend `{backend}` sent {what} outside any client call; nothing to relay it to")
+        }
+        Unroutable::Ambiguous(n) => format!(
+            "backend `{backend}` sent {what} while calls from {n} client sessions were running on it, and its \
+             transport does not say which call it belongs to; the gateway does not guess which client to ask"
+        ),
+    };
+    ErrorData::internal_error(message, None)
+}
+
+/// Sends `request` to the client of `target`, on the response stream of the client's call.
+async fn ask_client(target: Target, mut request: ServerRequest) -> Result<ClientResult, ErrorData> {
+    use rmcp::model::GetExtensions;
+    let Target { peer, client_request, .. } = target;
+    request.extensions_mut().insert(OriginatingRequestId(client_request));
+    // rmcp stamps a request sent from inside a request handler with that request's id; this
+    // runs inside the handler of the backend's request, whose id means nothing to the client.
+    // A task of its own keeps the stamp set above.
+    tokio::spawn(async move { peer.send_request(request).await })
+        .await
+        .map_err(|e| ErrorData::internal_error(format!("relaying to the client failed: {e}"), None))?
+        .map_err(service_error)
 }
 
 impl Relay for Hub {
     fn create_message(
         &self,
         backend: &str,
+        origin: Option<RequestId>,
         params: CreateMessageRequestParams,
-    ) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
-        let peer = self.caller(backend);
+    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
+        const WHAT: &str = "sampling/createMessage";
         let backend = backend.to_string();
         Box::pin(async move {
-            let peer = peer.ok_or_else(|| no_caller("sampling/createMessage", &backend))?;
-            peer.create_message(params).await.map_err(service_error)
+            let target =
+                self.route_request(&backend, origin.as_ref()).await.map_err(|why| unroutable(WHAT, &backend, why))?;
+            let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+            match ask_client(target, request).await? {
+                ClientResult::CreateMessageResult(r) => Ok(*r),
+                other => Err(unexpected_answer(WHAT, &other)),
+            }
         })
     }
 
     fn create_elicitation(
         &self,
         backend: &str,
+        origin: Option<RequestId>,
         params: ElicitRequestParams,
-    ) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
-        let peer = self.caller(backend);
+    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
+        const WHAT: &str = "elicitation/create";
         let backend = backend.to_string();
         Box::pin(async move {
-            let peer = peer.ok_or_else(|| no_caller("elicitation/create", &backend))?;
-            peer.create_elicitation(params).await.map_err(service_error)
+            let target =
+                self.route_request(&backend, origin.as_ref()).await.map_err(|why| unroutable(WHAT, &backend, why))?;
+            let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+            match ask_client(target, request).await? {
+                ClientResult::ElicitResult(r) => Ok(r),
+                other => Err(unexpected_answer(WHAT, &other)),
+            }
         })
     }
 
@@ -219,11 +329,11 @@ impl Relay for Hub {
     }
 
     fn logging(&self, backend: &str, params: LoggingMessageNotificationParam) {
-        match self.caller_channel(backend) {
-            Some(tx) => {
-                let _ = tx.send(Relayed::Log(params));
+        match self.route(backend, None) {
+            Ok(target) => {
+                let _ = target.tx.send(Relayed::Log(params));
             }
-            None => tracing::debug!(backend, "log message outside any call dropped"),
+            Err(why) => tracing::debug!(backend, ?why, "backend log message not relayed"),
         }
     }
 
@@ -236,6 +346,10 @@ impl Relay for Hub {
             });
         }
     }
+}
+
+fn unexpected_answer(what: &str, answer: &ClientResult) -> ErrorData {
+    ErrorData::internal_error(format!("the client answered {what} with something else: {answer:?}"), None)
 }
 
 fn service_error(e: rmcp::ServiceError) -> ErrorData {

@@ -6,6 +6,7 @@
 //! the generation's tools, narrowed to advertisable backends and by a [`Policy`]. Building a
 //! snapshot runs no model and contacts no backend.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
@@ -123,6 +124,8 @@ pub fn scope(
 
 /// One session's stable state: its current snapshot and the peer to notify.
 pub struct SessionHandle {
+    /// Unique in this process: tells one session's calls from another's.
+    pub id: u64,
     pub caller: Caller,
     /// Swapped only by the session's resync worker (and once at creation).
     scope: ArcSwap<Snapshot>,
@@ -132,7 +135,13 @@ pub struct SessionHandle {
 
 impl SessionHandle {
     pub fn new(caller: Caller, snapshot: Snapshot) -> Arc<Self> {
-        Arc::new(Self { caller, scope: ArcSwap::from_pointee(snapshot), peer: OnceLock::new() })
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Arc::new(Self {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            caller,
+            scope: ArcSwap::from_pointee(snapshot),
+            peer: OnceLock::new(),
+        })
     }
 
     /// The snapshot to use for one whole request.

@@ -2,6 +2,10 @@
 //! backend's list-change notifications into a re-list, and hands everything else the backend
 //! initiates (sampling and elicitation requests, progress, logging, resource updates) to a
 //! [`Relay`], which knows which client session it belongs to.
+//!
+//! A backend request that arrived on the response stream of one of our calls (streamable HTTP,
+//! SEP-2260) is handed over with that call's request id, so the relay can route it exactly;
+//! requests from stdio backends, or from an HTTP backend's standalone stream, come without one.
 
 #![expect(deprecated, reason = "sampling and logging are relayed as the backends use them")]
 
@@ -12,26 +16,29 @@ use rmcp::ClientHandler;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
-    ElicitResult, Implementation, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ElicitResult, Implementation, LoggingMessageNotificationParam, ProgressNotificationParam, RequestId,
     ResourceUpdatedNotificationParam,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleClient};
+use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext, RoleClient};
 use tokio::sync::Notify;
 
 /// Where backend-initiated traffic goes (the MCP layer implements it).
 pub trait Relay: Send + Sync + 'static {
     /// `sampling/createMessage` from `backend`, to be answered by the client whose call caused it.
+    /// `origin` is the id of our call whose response stream carried the request, if known.
     fn create_message(
         &self,
         backend: &str,
+        origin: Option<RequestId>,
         params: CreateMessageRequestParams,
-    ) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>>;
+    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>>;
     /// `elicitation/create` from `backend`, likewise.
     fn create_elicitation(
         &self,
         backend: &str,
+        origin: Option<RequestId>,
         params: ElicitRequestParams,
-    ) -> BoxFuture<'static, Result<ElicitResult, ErrorData>>;
+    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>>;
     fn progress(&self, backend: &str, params: ProgressNotificationParam);
     fn logging(&self, backend: &str, params: LoggingMessageNotificationParam);
     /// A backend resource changed (`notifications/resources/updated`).
@@ -45,15 +52,17 @@ impl Relay for NoRelay {
     fn create_message(
         &self,
         _: &str,
+        _: Option<RequestId>,
         _: CreateMessageRequestParams,
-    ) -> BoxFuture<'static, Result<CreateMessageResult, ErrorData>> {
+    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
         Box::pin(async { Err(ErrorData::internal_error("no client to relay sampling to", None)) })
     }
     fn create_elicitation(
         &self,
         _: &str,
+        _: Option<RequestId>,
         _: ElicitRequestParams,
-    ) -> BoxFuture<'static, Result<ElicitResult, ErrorData>> {
+    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
         Box::pin(async { Err(ErrorData::internal_error("no client to relay elicitation to", None)) })
     }
     fn progress(&self, _: &str, _: ProgressNotificationParam) {}
@@ -83,17 +92,17 @@ impl ClientHandler for UpstreamClient {
     async fn create_message(
         &self,
         params: CreateMessageRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        self.relay.create_message(&self.backend, params).await
+        self.relay.create_message(&self.backend, origin(&context), params).await
     }
 
     async fn create_elicitation(
         &self,
         params: ElicitRequestParams,
-        _context: RequestContext<RoleClient>,
+        context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        self.relay.create_elicitation(&self.backend, params).await
+        self.relay.create_elicitation(&self.backend, origin(&context), params).await
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
@@ -127,5 +136,13 @@ impl ClientHandler for UpstreamClient {
         _context: NotificationContext<RoleClient>,
     ) {
         self.relay.resource_updated(&self.backend, &params.uri);
+    }
+}
+
+/// The id of our outbound request on whose response stream a backend request arrived.
+fn origin(context: &RequestContext<RoleClient>) -> Option<RequestId> {
+    match context.extensions.get::<InboundStreamOrigin>()? {
+        InboundStreamOrigin::OutboundRequest(id) => Some(id.clone()),
+        InboundStreamOrigin::Unassociated => None,
     }
 }

@@ -20,8 +20,8 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest,
     CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResult, ProgressToken, Prompt,
-    ReadResourceRequestParams, ReadResourceResult, Resource, ResourceTemplate, ServerResult, SubscribeRequestParams,
-    Tool, UnsubscribeRequestParams,
+    ReadResourceRequestParams, ReadResourceResult, RequestId, Resource, ResourceTemplate, ServerResult,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::{ErrorData, ServiceExt};
@@ -273,14 +273,15 @@ impl Backend {
         }
     }
 
-    /// Forwards a tool call. rmcp gives every outgoing request a progress token of its own;
-    /// `on_token` learns it before the backend can send progress, so progress can be routed back.
+    /// Forwards a tool call. rmcp gives every outgoing request an id and a progress token of its
+    /// own; `on_sent` learns both as soon as the request is queued, so that what the backend
+    /// sends during the call (progress, sampling, elicitation) can be routed back to the caller.
     /// A call given up (timeout, client cancellation) is cancelled at the backend.
     pub async fn call_tool(
         &self,
         params: CallToolRequestParams,
         ct: &CancellationToken,
-        on_token: impl FnOnce(&ProgressToken),
+        on_sent: impl FnOnce(&RequestId, &ProgressToken),
     ) -> Result<CallToolResult, CallError> {
         let backend = self.name().to_string();
         let peer = self.peer().ok_or_else(|| CallError::NotConnected { backend: backend.clone() })?;
@@ -289,7 +290,7 @@ impl Backend {
             .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
             .map_err(|e| self.map_error(e))?;
-        on_token(&handle.progress_token);
+        on_sent(&handle.id, &handle.progress_token);
         let id = handle.id.clone();
         let timeout = self.config.timeout;
         let outcome = tokio::select! {

@@ -171,3 +171,93 @@ async fn optimizer_call_tool_relays_progress_and_sampling() {
     c.cancel().await.unwrap();
     app.shutdown().await;
 }
+
+/// A client that answers sampling as itself, after a delay.
+#[derive(Clone)]
+struct Named {
+    name: &'static str,
+    delay: Duration,
+}
+
+impl ClientHandler for Named {
+    fn get_info(&self) -> ClientConfig {
+        let caps = ClientCapabilities::builder().enable_sampling().build();
+        ClientConfig::new(caps, Implementation::new(self.name, "0"))
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _c: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        tokio::time::sleep(self.delay).await;
+        let asked =
+            serde_json::to_value(&params.messages[0].content).unwrap()["text"].as_str().unwrap_or_default().to_string();
+        Ok(CreateMessageResult::new(
+            SamplingMessage::assistant_text(format!("{} answers {asked}", self.name)),
+            "m".into(),
+        ))
+    }
+}
+
+/// Two sessions ask through the same backend at overlapping times: session A's call samples
+/// after session B's call has started and while B's client is still answering. Returns the two
+/// results.
+async fn overlapping_asks(backend_toml: &str) -> (CallToolResult, CallToolResult) {
+    let toml = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{backend_toml}");
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let connect = |name, delay| {
+        let url = url.clone();
+        async move {
+            Named { name, delay }
+                .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(url))
+                .await
+                .expect("client connects")
+        }
+    };
+    let a = connect("A", Duration::ZERO).await;
+    let b = connect("B", Duration::from_millis(1500)).await;
+    let a_call = call(&a, "kit_ask", json!({"prompt": "from A", "delay_ms": 500}));
+    let b_call = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        call(&b, "kit_ask", json!({"prompt": "from B"})).await
+    };
+    let (ra, rb) = tokio::join!(a_call, b_call);
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+    app.shutdown().await;
+    (ra, rb)
+}
+
+#[tokio::test]
+async fn sampling_goes_to_the_session_whose_call_asked() {
+    let kit = http_backend("testkit").await;
+    let (a, b) = overlapping_asks(&http_backend_toml("kit", &kit.url)).await;
+    assert_eq!(text(&a), "A answers from A", "session A's call is answered by A");
+    assert_eq!(text(&b), "B answers from B");
+}
+
+#[tokio::test]
+async fn sampling_with_no_link_to_its_call_is_refused_rather_than_guessed() {
+    // Over stdio nothing says which call a backend request belongs to: with calls from two
+    // sessions running, the gateway refuses instead of picking one.
+    let (a, b) = overlapping_asks(&stdio_backend_toml("kit", "testkit")).await;
+    // B asks while A's call is running: refused.
+    assert_eq!(b.is_error, Some(true), "{}", text(&b));
+    assert!(text(&b).contains("does not guess"), "{}", text(&b));
+    // A asks once B's call has ended: answered by A, or refused; never by B.
+    assert!(text(&a) == "A answers from A" || text(&a).contains("does not guess"), "{}", text(&a));
+    // One session at a time, the only running call is the one that asked.
+    let toml =
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}", stdio_backend_toml("kit", "testkit"));
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let a = Named { name: "A", delay: Duration::ZERO }
+        .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(url))
+        .await
+        .unwrap();
+    assert_eq!(text(&call(&a, "kit_ask", json!({"prompt": "alone"})).await), "A answers alone");
+    a.cancel().await.unwrap();
+    app.shutdown().await;
+}
