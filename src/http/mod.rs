@@ -1,6 +1,6 @@
 //! The HTTP listener: MCP streamable HTTP at `server.path`, `/healthz` (alive) and `/readyz`
-//! (every backend tried once and the tool index built). Body size and Host checks are rmcp's:
-//! an oversized body gets 413, a non-local Host on a loopback bind gets 403.
+//! (every backend tried once and the tool index built). Body size, Host and Origin checks are
+//! rmcp's: an oversized body gets 413; on a loopback bind, a non-local Host or Origin gets 403.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,11 +28,15 @@ pub fn router(gw: Arc<Gateway>, server: &ServerConfig, bound: SocketAddr, ct: &C
         let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
         hosts.extend(server.allowed_origins.iter().map(|o| host_of(o).to_string()));
         cfg = cfg.with_allowed_hosts(hosts);
-        if !server.allowed_origins.is_empty() {
-            let mut origins = vec!["http://localhost:*".to_string(), "http://127.0.0.1:*".to_string()];
-            origins.extend(server.allowed_origins.iter().cloned());
-            cfg = cfg.with_allowed_origins(origins);
-        }
+        // rmcp checks `Origin` only when given a list: always give one, so that a web page from
+        // elsewhere cannot drive a local gateway through the browser. No `Origin` (a non-browser
+        // client) is accepted.
+        let mut origins: Vec<String> = ["localhost", "127.0.0.1", "[::1]"]
+            .iter()
+            .flat_map(|h| [format!("http://{h}:*"), format!("https://{h}:*")])
+            .collect();
+        origins.extend(server.allowed_origins.iter().cloned());
+        cfg = cfg.with_allowed_origins(origins);
     } else {
         cfg = cfg.disable_allowed_hosts();
     }

@@ -126,3 +126,26 @@ fn every_example_config_is_valid() {
     }
     assert!(n >= 2, "examples found: {n}");
 }
+
+async fn post_initialize(app: &toolmux::app::App, origin: Option<&str>) -> reqwest::StatusCode {
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let mut r = reqwest::Client::new().post(&url).header("accept", ACCEPT).json(&initialize());
+    if let Some(o) = origin {
+        r = r.header("origin", o);
+    }
+    r.send().await.unwrap().status()
+}
+
+#[tokio::test]
+async fn a_foreign_origin_is_refused_unless_allowed() {
+    let app = app_with("").await;
+    assert_eq!(post_initialize(&app, Some("http://evil.example.com")).await, 403, "a page from elsewhere");
+    assert_eq!(post_initialize(&app, Some("http://localhost:5173")).await, 200, "a local page");
+    assert_eq!(post_initialize(&app, None).await, 200, "a client that is not a browser");
+    app.shutdown().await;
+
+    let app = app_with("allowed_origins = [\"https://app.example.com:443\"]\n").await;
+    assert_eq!(post_initialize(&app, Some("https://app.example.com")).await, 200, "allowed by the operator");
+    assert_eq!(post_initialize(&app, Some("http://evil.example.com")).await, 403);
+    app.shutdown().await;
+}
