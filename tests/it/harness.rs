@@ -227,3 +227,120 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// An MCP session spoken over raw HTTP: initialize, requests by POST, and the session's GET
+/// event stream read as it arrives, so a test sees exactly what the server pushes there.
+pub struct RawSession {
+    http: reqwest::Client,
+    url: String,
+    id: String,
+    next: AtomicUsize,
+}
+
+impl RawSession {
+    pub async fn open(app: &App) -> Self {
+        let url = format!("http://{}/mcp", app.addr.unwrap());
+        let http = reqwest::Client::new();
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+        let r = http.post(&url).header("accept", SSE_OR_JSON).json(&init).send().await.unwrap();
+        assert!(r.status().is_success(), "initialize: {}", r.status());
+        let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+        let s = Self { http, url, id, next: AtomicUsize::new(1) };
+        let _ = response_of(r, 0).await;
+        let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let r = s.post(&initialized).send().await.unwrap();
+        assert!(r.status().is_success(), "initialized: {}", r.status());
+        s
+    }
+
+    fn post(&self, body: &Value) -> reqwest::RequestBuilder {
+        self.http
+            .post(&self.url)
+            .header("accept", SSE_OR_JSON)
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(body)
+    }
+
+    /// Sends a request and returns its `result` (panics on a JSON-RPC error).
+    pub async fn request(&self, method: &str, params: Value) -> Value {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let r = self.post(&body).send().await.unwrap();
+        assert!(r.status().is_success(), "{method}: {}", r.status());
+        let answer = response_of(r, id).await;
+        assert!(answer.get("error").is_none(), "{method}: {answer}");
+        answer["result"].clone()
+    }
+
+    /// `tools/call`, returning the tool result.
+    pub async fn call(&self, name: &str, arguments: Value) -> Value {
+        self.request("tools/call", serde_json::json!({"name": name, "arguments": arguments})).await
+    }
+
+    /// Opens the session's GET event stream; every JSON-RPC message on it arrives on the channel.
+    pub async fn listen(&self) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
+        let r = self
+            .http
+            .get(&self.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "GET stream: {}", r.status());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut events = sse_messages(r);
+            while let Some(m) = futures::StreamExt::next(&mut events).await {
+                if tx.send(m).is_err() {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+}
+
+const SSE_OR_JSON: &str = "application/json, text/event-stream";
+
+/// The JSON-RPC response with `id` in a POST's answer (plain JSON, or an event stream).
+async fn response_of(r: reqwest::Response, id: usize) -> Value {
+    let is_sse =
+        r.headers().get("content-type").is_some_and(|c| c.to_str().unwrap_or("").starts_with("text/event-stream"));
+    if !is_sse {
+        return r.json().await.unwrap();
+    }
+    let mut events = sse_messages(r);
+    while let Some(m) = futures::StreamExt::next(&mut events).await {
+        if m["id"] == id {
+            return m;
+        }
+    }
+    panic!("the stream ended without a response to request {id}");
+}
+
+/// The JSON messages of an event stream (events whose data is not JSON, e.g. primers, skipped).
+fn sse_messages(r: reqwest::Response) -> impl futures::Stream<Item = Value> + Send + Unpin {
+    let bytes = r.bytes_stream();
+    Box::pin(futures::stream::unfold((bytes, Vec::<u8>::new()), |(mut bytes, mut buf)| async move {
+        loop {
+            if let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = buf.drain(..end + 2).collect();
+                let event = String::from_utf8_lossy(&event);
+                let data: Vec<&str> =
+                    event.lines().filter_map(|l| l.strip_prefix("data:")).map(|d| d.trim_start()).collect();
+                if let Ok(v) = serde_json::from_str::<Value>(&data.join("\n")) {
+                    return Some((v, (bytes, buf)));
+                }
+                continue;
+            }
+            match futures::StreamExt::next(&mut bytes).await {
+                Some(Ok(chunk)) => buf.extend(chunk.iter().filter(|&&b| b != b'\r')),
+                _ => return None,
+            }
+        }
+    }))
+}

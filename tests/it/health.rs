@@ -4,7 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
 use toolmux::app::EmbedderChoice;
 
 use crate::harness::*;
@@ -32,6 +33,45 @@ async fn finds(c: &Client, name: &str) -> bool {
     found(&call(c, "find_tool", json!({"tool_description": "echo back a message"})).await).iter().any(|n| n == name)
 }
 
+const LIST_CHANGED: &str = "notifications/tools/list_changed";
+
+/// Tool names in a raw find_tool result.
+fn found_raw(result: &Value) -> Vec<String> {
+    let tools = result["structuredContent"]["tools"].as_array().unwrap_or_else(|| panic!("tools array: {result}"));
+    tools.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+async fn finds_raw(s: &RawSession, name: &str) -> bool {
+    found_raw(&s.call("find_tool", json!({"tool_description": "echo back a message"})).await).iter().any(|n| n == name)
+}
+
+async fn lists_raw(s: &RawSession, name: &str) -> bool {
+    s.request("tools/list", json!({})).await["tools"].as_array().unwrap().iter().any(|t| t["name"] == name)
+}
+
+fn text_raw(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+/// Waits up to `within` for a message with `method` on a GET stream.
+async fn next_with_method(
+    stream: &mut mpsc::UnboundedReceiver<Value>,
+    method: &str,
+    within: Duration,
+) -> Option<Value> {
+    tokio::time::timeout(within, async {
+        while let Some(m) = stream.recv().await {
+            if m["method"] == method {
+                return Some(m);
+            }
+        }
+        None
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
 #[tokio::test]
 async fn optimizer_session_follows_a_recovery_without_list_changed() {
     let Pair { _stable, mut unstable, app } = pair(
@@ -45,27 +85,30 @@ async fn optimizer_session_follows_a_recovery_without_list_changed() {
         "unstable is taken out"
     );
 
-    // ONE session from here to the end.
-    let (c, rec) = client(&app).await;
-    assert!(finds(&c, "stable_echo").await);
-    assert!(!finds(&c, "unstable_echo").await, "a down backend's tools are not offered");
-    let r = call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await;
-    let unavailable = &r.structured_content.unwrap()["unavailable"];
+    // ONE session from here to the end, its GET event stream watched raw.
+    let s = RawSession::open(&app).await;
+    let r = s.call("find_tool", json!({"tool_description": "echo back a message"})).await;
+    assert!(found_raw(&r).contains(&"stable_echo".to_string()), "{r}");
+    assert!(!found_raw(&r).contains(&"unstable_echo".to_string()), "a down backend's tools are not offered: {r}");
+    let unavailable = &r["structuredContent"]["unavailable"];
     assert!(unavailable.as_array().is_some_and(|u| u.iter().any(|t| t["name"] == "unstable_echo")), "{unavailable}");
+    let mut stream = s.listen().await;
 
     let counters = &app.gateway.store.counters;
     let (generations, embedded) =
         (counters.generations.load(Ordering::Relaxed), counters.texts_embedded.load(Ordering::Relaxed));
     unstable.restart().await;
-    assert!(eventually(Duration::from_secs(30), || finds(&c, "unstable_echo")).await, "recovered on the same session");
-    let r = call(&c, "call_tool", json!({"tool_name": "unstable_echo", "parameters": {"input": "reindexedhello123"}}))
-        .await;
-    assert_eq!(text(&r), "reindexedhello123");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(rec.tools_changed.load(Ordering::SeqCst), 0, "optimizer sessions get no tools/list_changed");
+    assert!(
+        eventually(Duration::from_secs(30), || finds_raw(&s, "unstable_echo")).await,
+        "recovered on the same session"
+    );
+    let r =
+        s.call("call_tool", json!({"tool_name": "unstable_echo", "parameters": {"input": "reindexedhello123"}})).await;
+    assert_eq!(text_raw(&r), "reindexedhello123", "{r}");
+    let seen = next_with_method(&mut stream, LIST_CHANGED, Duration::from_secs(5)).await;
+    assert!(seen.is_none(), "optimizer sessions get no tools/list_changed: {seen:?}");
     assert_eq!(counters.generations.load(Ordering::Relaxed), generations, "a recovery builds no new generation");
     assert_eq!(counters.texts_embedded.load(Ordering::Relaxed), embedded, "a recovery embeds nothing");
-    c.cancel().await.unwrap();
     unstable.kill().await;
     app.shutdown().await;
 }
@@ -75,28 +118,21 @@ async fn passthrough_session_gets_list_changed_and_calls_the_recovered_tool() {
     let Pair { _stable, mut unstable, app } =
         pair(&format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}"), EmbedderChoice::None)
             .await;
-    let (c, rec) = client(&app).await;
-    let peer = c.peer().clone();
-    let listed = || {
-        let p = peer.clone();
-        async move { p.list_all_tools().await.unwrap().iter().any(|t| t.name == "unstable_echo") }
-    };
-    assert!(listed().await);
+    let s = RawSession::open(&app).await;
+    let mut stream = s.listen().await;
+    assert!(lists_raw(&s, "unstable_echo").await);
 
     unstable.kill().await;
-    assert!(eventually(Duration::from_secs(15), || async { !listed().await }).await, "removed from tools/list");
-    let after_drop = rec.tools_changed.load(Ordering::SeqCst);
-    assert!(after_drop >= 1, "tools/list_changed when it went away");
+    let dropped = next_with_method(&mut stream, LIST_CHANGED, Duration::from_secs(15)).await;
+    assert!(dropped.is_some(), "tools/list_changed on the GET stream when it went away");
+    assert!(!lists_raw(&s, "unstable_echo").await, "removed from tools/list");
 
     unstable.restart().await;
-    assert!(
-        eventually(Duration::from_secs(30), || async { rec.tools_changed.load(Ordering::SeqCst) > after_drop }).await,
-        "tools/list_changed when it came back"
-    );
-    assert!(listed().await);
-    let r = call(&c, "unstable_echo", json!({"input": "back"})).await;
-    assert_eq!(text(&r), "back");
-    c.cancel().await.unwrap();
+    let back = next_with_method(&mut stream, LIST_CHANGED, Duration::from_secs(30)).await;
+    assert!(back.is_some(), "tools/list_changed on the GET stream when it came back");
+    assert!(lists_raw(&s, "unstable_echo").await, "the same session lists it");
+    let r = s.call("unstable_echo", json!({"input": "back"})).await;
+    assert_eq!(text_raw(&r), "back", "{r}");
     unstable.kill().await;
     app.shutdown().await;
 }
