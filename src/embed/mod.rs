@@ -1,13 +1,16 @@
 //! Text → unit vectors. The candle model lives here and only here.
 //!
 //! [`Embedder`] is what the store asks for vectors; [`worker::ModelEmbedder`] runs the real model
-//! on its own thread behind a bounded queue, [`fake::FakeEmbedder`] is a deterministic stand-in
+//! ([`model`]: tokenizer and the packed BERT encoder of `bert`, with its CPU kernels in
+//! `kernels`) on its own thread behind a bounded queue, [`fake::FakeEmbedder`] is a deterministic stand-in
 //! for unit tests. [`files`] finds and verifies the model files; [`cache`] keeps vectors on disk
 //! by content hash so a restart does not run the model on an unchanged catalog.
 
+mod bert;
 pub mod cache;
 pub mod fake;
 pub mod files;
+mod kernels;
 pub mod model;
 pub mod worker;
 

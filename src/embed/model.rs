@@ -1,19 +1,22 @@
-//! all-MiniLM-L6-v2 through candle: tokenise, BERT forward, mean pooling over the attention mask,
-//! L2 normalisation, truncation at the manifest's `max_tokens`. Synchronous: it runs on the
-//! embedding thread (see [`super::worker`]), never on the async runtime.
+//! all-MiniLM-L6-v2 on candle: tokenise (truncating at the manifest's `max_tokens`), encode with
+//! the packed BERT encoder ([`super::bert`]), mean pooling over each text's tokens, L2
+//! normalisation. Synchronous: it runs on the embedding thread (see [`super::worker`]), never on
+//! the async runtime.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::{Tokenizer, TruncationParams};
 
+use super::bert::{Config, Encoder};
 use super::files::ModelFiles;
-use super::normalize;
+
+/// Tokens per forward pass. Texts are packed without padding, so this bounds the activations
+/// (a few tens of MB), not the number of texts.
+pub const TOKEN_BUDGET: usize = 4096;
 
 pub struct SentenceModel {
-    model: BertModel,
+    encoder: Encoder,
     tokenizer: Tokenizer,
-    device: Device,
     dim: usize,
     id: String,
 }
@@ -26,14 +29,19 @@ impl SentenceModel {
         tokenizer
             .with_truncation(Some(TruncationParams { max_length: files.manifest.max_tokens, ..Default::default() }))
             .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?;
-        tokenizer.with_padding(Some(PaddingParams { strategy: PaddingStrategy::BatchLongest, ..Default::default() }));
+        tokenizer.with_padding(None);
         // SAFETY: the weights file was just verified by checksum and is not modified while mapped.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&files.weights], DType::F32, &device)? };
-        let model = BertModel::load(vb, &config)?;
+        let encoder = Encoder::load(vb, &config)?;
+        anyhow::ensure!(
+            encoder.hidden() == files.manifest.dims,
+            "the manifest says {} dimensions, the model has {}",
+            files.manifest.dims,
+            encoder.hidden()
+        );
         Ok(Self {
-            model,
+            encoder,
             tokenizer,
-            device,
             dim: files.manifest.dims,
             id: format!("{}@{}", files.manifest.id, files.manifest.revision),
         })
@@ -47,44 +55,23 @@ impl SentenceModel {
         &self.id
     }
 
-    /// Embeds one batch, padded to its longest text. Callers sort by length to pad little.
-    pub fn embed_batch(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
-        let enc = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| anyhow::anyhow!("tokenize: {e}"))?;
-        let len = enc[0].get_ids().len();
-        let mut ids = Vec::with_capacity(texts.len() * len);
-        let mut mask = Vec::with_capacity(texts.len() * len);
-        for e in &enc {
-            ids.extend(e.get_ids().iter().copied());
-            mask.extend(e.get_attention_mask().iter().copied());
-        }
-        let n = texts.len();
-        let ids = Tensor::from_vec(ids, (n, len), &self.device)?;
-        let mask_t = Tensor::from_vec(mask, (n, len), &self.device)?;
-        let types = ids.zeros_like()?;
-        let hidden = self.model.forward(&ids, &types, Some(&mask_t))?; // (n, len, dim)
-        let m = mask_t.to_dtype(DType::F32)?.unsqueeze(2)?; // (n, len, 1)
-        let summed = hidden.broadcast_mul(&m)?.sum(1)?; // (n, dim)
-        let counts = m.sum(1)?.clamp(1e-9, f64::MAX)?; // (n, 1)
-        let pooled = summed.broadcast_div(&counts)?;
-        let mut out: Vec<Vec<f32>> = pooled.to_vec2()?;
-        out.iter_mut().for_each(|v| normalize(v));
-        Ok(out)
-    }
-
-    /// Embeds any number of texts: sorted by length, cut into batches of `batch`, returned in
-    /// input order.
-    pub fn embed_all(&self, texts: &[&str], batch: usize) -> anyhow::Result<Vec<Vec<f32>>> {
-        let mut order: Vec<usize> = (0..texts.len()).collect();
-        order.sort_by_key(|&i| texts[i].len());
-        let mut out = vec![Vec::new(); texts.len()];
-        for chunk in order.chunks(batch.max(1)) {
-            let batch_texts: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
-            for (&i, v) in chunk.iter().zip(self.embed_batch(&batch_texts)?) {
-                out[i] = v;
+    /// Embeds any number of texts, in input order: tokenised, then encoded in passes of at most
+    /// [`TOKEN_BUDGET`] tokens (a text longer than the budget gets a pass of its own).
+    pub fn embed_all(&self, texts: &[&str]) -> anyhow::Result<Vec<Vec<f32>>> {
+        let encodings =
+            self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| anyhow::anyhow!("tokenize: {e}"))?;
+        let ids: Vec<&[u32]> = encodings.iter().map(|e| e.get_ids()).collect();
+        let mut out = Vec::with_capacity(texts.len());
+        let mut start = 0;
+        while start < ids.len() {
+            let mut end = start + 1;
+            let mut tokens = ids[start].len();
+            while end < ids.len() && tokens + ids[end].len() <= TOKEN_BUDGET {
+                tokens += ids[end].len();
+                end += 1;
             }
+            out.extend(self.encoder.embed(&ids[start..end])?);
+            start = end;
         }
         Ok(out)
     }

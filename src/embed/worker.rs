@@ -13,8 +13,6 @@ use super::{EmbedError, Embedder};
 
 /// Jobs that may wait for the model before callers are told it is overloaded.
 pub const QUEUE_DEPTH: usize = 256;
-/// Texts per forward pass.
-pub const BATCH: usize = 32;
 
 struct Job {
     texts: Vec<String>,
@@ -38,7 +36,7 @@ impl ModelEmbedder {
         std::thread::Builder::new().name("toolmux-embed".into()).spawn(move || {
             while let Some(job) = rx.blocking_recv() {
                 let texts: Vec<&str> = job.texts.iter().map(String::as_str).collect();
-                let result = model.embed_all(&texts, BATCH).map_err(|e| EmbedError::Model(e.to_string()));
+                let result = model.embed_all(&texts).map_err(|e| EmbedError::Model(e.to_string()));
                 let _ = job.reply.send(result);
             }
         })?;

@@ -1,0 +1,255 @@
+//! A BERT encoder over packed sequences, on candle tensors.
+//!
+//! The texts of a batch are laid end to end, one row per real token, with no padding: the dense
+//! layers (the fused query-key-value projection, the attention output, the feed-forward pair)
+//! are each one matrix product over every token of the batch, and attention runs per sequence
+//! ([`kernels::attention`]), so no work is spent on padding and no mask is needed. GELU is
+//! [`kernels::gelu`]. Mean pooling and L2 normalisation follow, per sequence.
+//!
+//! candle-transformers' `BertModel` pads each batch to its longest text and runs candle's
+//! generic softmax and exact-erf GELU; on mixed-length tool texts it embedded less than half
+//! as many texts a second as sentence-transformers (docs/performance.md).
+
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
+use candle_nn::VarBuilder;
+use serde::Deserialize;
+
+use super::kernels;
+
+/// The fields of a BERT `config.json` the encoder uses.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub hidden_act: String,
+    pub max_position_embeddings: usize,
+    pub type_vocab_size: usize,
+    pub layer_norm_eps: f64,
+}
+
+struct Norm {
+    weight: Tensor,
+    bias: Tensor,
+}
+
+struct Dense {
+    /// `Wᵀ`, `(in, out)` and contiguous: gemm's kernels run faster on a row-major right-hand
+    /// side than on the transposed view of the stored `(out, in)` matrix (3× at 20 tokens).
+    weight_t: Tensor,
+    bias: Tensor,
+}
+
+impl Dense {
+    fn load(vb: VarBuilder, out: usize, inp: usize) -> candle_core::Result<Self> {
+        Self::new(&vb.get((out, inp), "weight")?, vb.get(out, "bias")?)
+    }
+
+    fn new(weight: &Tensor, bias: Tensor) -> candle_core::Result<Self> {
+        Ok(Self { weight_t: weight.t()?.contiguous()?, bias })
+    }
+
+    /// `x Wᵀ + b` for `x` of shape `(tokens, in)`.
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        x.matmul(&self.weight_t)?.broadcast_add(&self.bias)
+    }
+}
+
+struct Layer {
+    /// Query, key and value projections stacked into one `(3·hidden, hidden)` product.
+    qkv: Dense,
+    attention_out: Dense,
+    attention_norm: Norm,
+    intermediate: Dense,
+    output: Dense,
+    output_norm: Norm,
+}
+
+pub struct Encoder {
+    word: Tensor,
+    position: Tensor,
+    token_type: Tensor,
+    embedding_norm: Norm,
+    layers: Vec<Layer>,
+    heads: usize,
+    head_dim: usize,
+    eps: f32,
+    max_positions: usize,
+}
+
+fn norm(vb: VarBuilder, size: usize) -> candle_core::Result<Norm> {
+    // Older checkpoints name the LayerNorm parameters gamma and beta.
+    let weight = vb.get(size, "weight").or_else(|_| vb.get(size, "gamma"))?;
+    let bias = vb.get(size, "bias").or_else(|_| vb.get(size, "beta"))?;
+    Ok(Norm { weight, bias })
+}
+
+impl Encoder {
+    pub fn load(vb: VarBuilder, config: &Config) -> anyhow::Result<Self> {
+        anyhow::ensure!(config.hidden_act == "gelu", "hidden_act `{}` is not supported (gelu only)", config.hidden_act);
+        anyhow::ensure!(
+            config.hidden_size.is_multiple_of(config.num_attention_heads),
+            "hidden_size {} is not a multiple of num_attention_heads {}",
+            config.hidden_size,
+            config.num_attention_heads
+        );
+        // Checkpoints saved from BertForX carry a `bert.` prefix.
+        let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") { vb } else { vb.pp("bert") };
+        let h = config.hidden_size;
+        let e = vb.pp("embeddings");
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| {
+                let l = vb.pp(format!("encoder.layer.{i}"));
+                let a = l.pp("attention");
+                let part = |p: &str| {
+                    let v = a.pp("self").pp(p);
+                    Ok::<_, candle_core::Error>((v.get((h, h), "weight")?, v.get(h, "bias")?))
+                };
+                let ((q_w, q_b), (k_w, k_b), (v_w, v_b)) = (part("query")?, part("key")?, part("value")?);
+                Ok(Layer {
+                    qkv: Dense::new(&Tensor::cat(&[&q_w, &k_w, &v_w], 0)?, Tensor::cat(&[&q_b, &k_b, &v_b], 0)?)?,
+                    attention_out: Dense::load(a.pp("output.dense"), h, h)?,
+                    attention_norm: norm(a.pp("output.LayerNorm"), h)?,
+                    intermediate: Dense::load(l.pp("intermediate.dense"), config.intermediate_size, h)?,
+                    output: Dense::load(l.pp("output.dense"), h, config.intermediate_size)?,
+                    output_norm: norm(l.pp("output.LayerNorm"), h)?,
+                })
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        Ok(Self {
+            word: e.get((config.vocab_size, h), "word_embeddings.weight")?,
+            position: e.get((config.max_position_embeddings, h), "position_embeddings.weight")?,
+            token_type: e.get((config.type_vocab_size, h), "token_type_embeddings.weight")?,
+            embedding_norm: norm(e.pp("LayerNorm"), h)?,
+            layers,
+            heads: config.num_attention_heads,
+            head_dim: h / config.num_attention_heads,
+            eps: config.layer_norm_eps as f32,
+            max_positions: config.max_position_embeddings,
+        })
+    }
+
+    pub fn hidden(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Mean-pooled, L2-normalised embeddings of token-id sequences (each non-empty and no longer
+    /// than the position table), in order.
+    pub fn embed(&self, sequences: &[&[u32]]) -> anyhow::Result<Vec<Vec<f32>>> {
+        if sequences.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lens: Vec<usize> = sequences.iter().map(|s| s.len()).collect();
+        anyhow::ensure!(
+            lens.iter().all(|&l| l > 0 && l <= self.max_positions),
+            "sequences must hold 1..={} tokens",
+            self.max_positions
+        );
+        let device = Device::Cpu;
+        let ids: Vec<u32> = sequences.iter().flat_map(|s| s.iter().copied()).collect();
+        let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
+        let tokens = ids.len();
+        let ids = Tensor::from_vec(ids, tokens, &device)?;
+        let positions = Tensor::from_vec(positions, tokens, &device)?;
+        // Every token has type 0.
+        let mut x = (self.word.index_select(&ids, 0)? + self.position.index_select(&positions, 0)?)?
+            .broadcast_add(&self.token_type.get(0)?)?;
+        x = self.normalize(&x, &self.embedding_norm)?;
+        let attention = PackedAttention { lens: lens.clone(), heads: self.heads, head_dim: self.head_dim };
+        for layer in &self.layers {
+            let qkv = layer.qkv.forward(&x)?;
+            let context = qkv.apply_op1_no_bwd(&attention)?;
+            let attended = (layer.attention_out.forward(&context)? + &x)?;
+            x = self.normalize(&attended, &layer.attention_norm)?;
+            let inner = layer.intermediate.forward(&x)?.apply_op1_no_bwd(&Gelu)?;
+            let out = (layer.output.forward(&inner)? + &x)?;
+            x = self.normalize(&out, &layer.output_norm)?;
+        }
+        let rows = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        Ok(pool(&rows, &lens, self.hidden()))
+    }
+
+    fn normalize(&self, x: &Tensor, n: &Norm) -> candle_core::Result<Tensor> {
+        candle_nn::ops::layer_norm(x, &n.weight, &n.bias, self.eps)
+    }
+}
+
+/// The mean of each sequence's token rows, scaled to unit length.
+fn pool(rows: &[f32], lens: &[usize], hidden: usize) -> Vec<Vec<f32>> {
+    let mut out = Vec::with_capacity(lens.len());
+    let mut start = 0;
+    for &len in lens {
+        let mut v = vec![0f32; hidden];
+        for row in rows[start * hidden..(start + len) * hidden].chunks_exact(hidden) {
+            v.iter_mut().zip(row).for_each(|(a, b)| *a += b);
+        }
+        // The mean's scale vanishes in the normalisation; divide anyway so `v` is the mean.
+        v.iter_mut().for_each(|a| *a /= len as f32);
+        super::normalize(&mut v);
+        out.push(v);
+        start += len;
+    }
+    out
+}
+
+/// Contiguous f32 data of a CPU tensor, or an error naming the op.
+fn f32_data<'a>(op: &str, storage: &'a CpuStorage, layout: &Layout) -> candle_core::Result<&'a [f32]> {
+    let data = storage.as_slice::<f32>()?;
+    match layout.contiguous_offsets() {
+        Some((start, end)) => Ok(&data[start..end]),
+        None => candle_core::bail!("{op} needs a contiguous input"),
+    }
+}
+
+/// [`kernels::attention`] as a candle op: `(tokens, 3·hidden)` → `(tokens, hidden)`.
+struct PackedAttention {
+    lens: Vec<usize>,
+    heads: usize,
+    head_dim: usize,
+}
+
+impl CustomOp1 for PackedAttention {
+    fn name(&self) -> &'static str {
+        "packed-attention"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let qkv = f32_data(self.name(), storage, layout)?;
+        let (tokens, hidden) = (self.lens.iter().sum::<usize>(), self.heads * self.head_dim);
+        if layout.shape().dims() != [tokens, 3 * hidden] {
+            candle_core::bail!("packed-attention: input {:?}, expected ({tokens}, {})", layout.shape(), 3 * hidden);
+        }
+        let mut out = vec![0f32; tokens * hidden];
+        kernels::attention(qkv, &self.lens, self.heads, self.head_dim, &mut out);
+        Ok((CpuStorage::F32(out), Shape::from((tokens, hidden))))
+    }
+}
+
+/// [`kernels::gelu`] as a candle op.
+struct Gelu;
+
+impl CustomOp1 for Gelu {
+    fn name(&self) -> &'static str {
+        "gelu"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let mut out = f32_data(self.name(), storage, layout)?.to_vec();
+        kernels::gelu(&mut out);
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pooling_averages_each_sequence_and_normalises() {
+        let rows = [1.0, 0.0, 3.0, 0.0, /* next */ 0.0, 2.0];
+        let v = pool(&rows, &[2, 1], 2);
+        assert_eq!(v, vec![vec![1.0, 0.0], vec![0.0, 1.0]]);
+    }
+}

@@ -1,0 +1,304 @@
+//! The CPU kernels of the encoder that candle's generic ops make slow: GELU and attention over
+//! packed sequences. Plain Rust over slices: the element-wise functions are branch-free
+//! arithmetic that the compiler vectorises, and the matrix products go to `gemm`, which picks its
+//! SIMD kernels at run time. The element-wise loops are compiled for the target's baseline (SSE2
+//! on x86-64, NEON on aarch64) and, on x86-64, also for AVX2+FMA and AVX-512, one of which is
+//! picked at run time ([`widest!`]).
+//!
+//! Accuracy: `exp` and `erf` are polynomial approximations with errors near f32 rounding
+//! (tested against f64 below); the golden-vector test checks the whole model against
+//! sentence-transformers.
+
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// Elements per parallel chunk of an element-wise kernel.
+const CHUNK: usize = 16 * 1024;
+
+/// Defines `fn $name` that runs `$body` compiled for the widest vector unit the CPU has: on
+/// x86-64, AVX-512 or AVX2+FMA when detected at run time; otherwise (and on every other target)
+/// the baseline build. The body is written once; only the instructions chosen differ.
+macro_rules! widest {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
+        $(#[$meta])*
+        $vis fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                unsafe fn avx512($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) {
+                    body($($arg),*)
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has just been found to support AVX-512F.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                    // SAFETY: the CPU has just been found to support AVX2 and FMA.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            body($($arg),*)
+        }
+    };
+}
+
+/// `e^x` for `x` in f32 range, to about 2 ulp; no table, no branch.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding and subtracting 1.5·2²³ rounds to the nearest integer using only f32 arithmetic,
+    // which vectorises on every target (`f32::round` is a library call on baseline x86-64).
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    // `shifted` holds k = round(x·log2 e) in its low mantissa bits.
+    let shifted = x * LOG2E + ROUND;
+    let k = shifted - ROUND;
+    let r = x - k * LN2_HI - k * LN2_LO;
+    // Taylor series of e^r on |r| ≤ ln2/2; the r⁷ term is below f32 precision there.
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
+    // 2^k built from its bits; integer arithmetic on the bits, not a (saturating, so scalar)
+    // float-to-int cast, keeps the loop vectorised. k lies in -126..=127: a normal exponent.
+    let two_k = f32::from_bits(shifted.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
+    p * two_k
+}
+
+/// The error function, to about 2e-7 absolute (Abramowitz & Stegun 7.1.26).
+#[inline(always)]
+pub fn erf(x: f32) -> f32 {
+    const P: f32 = 0.327_591_1;
+    const A: [f32; 5] = [0.254_829_6, -0.284_496_74, 1.421_413_7, -1.453_152, 1.061_405_4];
+    let a = x.abs();
+    let t = 1.0 / (1.0 + P * a);
+    let poly = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
+    let y = 1.0 - poly * exp(-a * a);
+    y.copysign(x)
+}
+
+/// BERT's GELU, `x · Φ(x)` with the exact (erf) form, in place.
+pub fn gelu(xs: &mut [f32]) {
+    xs.par_chunks_mut(CHUNK).for_each(gelu_serial);
+}
+
+widest! {
+    fn gelu_serial(xs: &mut [f32]) {
+        for x in xs {
+            *x = 0.5 * *x * (1.0 + erf(*x * std::f32::consts::FRAC_1_SQRT_2));
+        }
+    }
+}
+
+widest! {
+    /// Softmax of each `width`-long row of `rows`, in place.
+    pub fn softmax(rows: &mut [f32], width: usize) {
+        for row in rows.chunks_exact_mut(width) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for x in row.iter_mut() {
+                *x = exp(*x - max);
+                sum += *x;
+            }
+            let inv = 1.0 / sum;
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
+    }
+}
+
+/// Self-attention over packed sequences: no padding, no mask.
+///
+/// `qkv` holds one row per token, `3 · heads · head_dim` wide (queries, then keys, then values);
+/// the tokens of each sequence are consecutive, `lens` long. Writes each token's context,
+/// `heads · head_dim` wide, to `out`. Sequences run in parallel; each (sequence, head) is two
+/// matrix products straight from the packed rows, with no copies.
+pub fn attention(qkv: &[f32], lens: &[usize], heads: usize, head_dim: usize, out: &mut [f32]) {
+    let hidden = heads * head_dim;
+    let total: usize = lens.iter().sum();
+    assert_eq!(qkv.len(), total * 3 * hidden, "qkv is tokens × 3·hidden");
+    assert_eq!(out.len(), total * hidden, "out is tokens × hidden");
+    let mut jobs = Vec::with_capacity(lens.len());
+    let (mut rest, mut start) = (out, 0);
+    for &len in lens {
+        let (mine, tail) = rest.split_at_mut(len * hidden);
+        jobs.push((start, len, mine));
+        rest = tail;
+        start += len;
+    }
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    jobs.into_par_iter().for_each(|(start, len, out)| {
+        let rows = &qkv[start * 3 * hidden..(start + len) * 3 * hidden];
+        let mut scores = vec![0f32; len * len];
+        for h in 0..heads {
+            let q = &rows[h * head_dim..];
+            let k = &rows[hidden + h * head_dim..];
+            let v = &rows[2 * hidden + h * head_dim..];
+            let stride = (3 * hidden) as isize;
+            // SAFETY: every matrix below lies inside its slice: `len` rows of `stride` apart and
+            // `head_dim` (or `len`) columns, starting within the first row; `scores` and `out`
+            // are exclusively borrowed and do not overlap the inputs.
+            unsafe {
+                // scores = scale · Q Kᵀ   (len × len)
+                gemm::gemm(
+                    len,
+                    len,
+                    head_dim,
+                    scores.as_mut_ptr(),
+                    1,
+                    len as isize,
+                    false,
+                    q.as_ptr(),
+                    1,
+                    stride,
+                    k.as_ptr(),
+                    stride,
+                    1,
+                    0.0,
+                    scale,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
+                );
+            }
+            softmax(&mut scores, len);
+            // SAFETY: as above; the context goes to columns h·head_dim.. of this sequence's rows.
+            unsafe {
+                // context = P V   (len × head_dim)
+                gemm::gemm(
+                    len,
+                    head_dim,
+                    len,
+                    out[h * head_dim..].as_mut_ptr(),
+                    1,
+                    hidden as isize,
+                    false,
+                    scores.as_ptr(),
+                    1,
+                    len as isize,
+                    v.as_ptr(),
+                    1,
+                    stride,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
+                );
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_is_accurate_over_the_softmax_range() {
+        let mut worst = 0f64;
+        for i in 0..=20_000 {
+            let x = -80.0 + i as f32 * 0.0045;
+            let want = (x as f64).exp();
+            worst = worst.max(((exp(x) as f64 - want) / want).abs());
+        }
+        assert!(worst < 5e-7, "relative error {worst}");
+        assert_eq!(exp(0.0), 1.0);
+        assert!(exp(-200.0) >= 0.0 && exp(-200.0) < 1e-37);
+    }
+
+    #[test]
+    fn erf_and_gelu_are_accurate() {
+        let mut worst = 0f64;
+        for i in 0..=20_000 {
+            let x = -8.0 + i as f64 * 0.0008;
+            worst = worst.max((erf(x as f32) as f64 - libm_erf(x)).abs());
+        }
+        assert!(worst < 1e-6, "erf absolute error {worst}");
+        let mut xs = vec![-3.0f32, -1.0, -0.1, 0.0, 0.5, 2.0, 10.0];
+        let want: Vec<f64> = xs.iter().map(|&x| 0.5 * x as f64 * (1.0 + libm_erf(x as f64 / 2f64.sqrt()))).collect();
+        gelu(&mut xs);
+        for (g, w) in xs.iter().zip(want) {
+            assert!((*g as f64 - w).abs() < 1e-6, "gelu {g} vs {w}");
+        }
+    }
+
+    /// erf in f64 by its Maclaurin series (|x| < 3) or the continued fraction of erfc, for tests.
+    fn libm_erf(x: f64) -> f64 {
+        let a = x.abs();
+        let y = if a < 3.0 {
+            let (mut term, mut sum, mut n) = (a, a, 0.0);
+            while term.abs() > 1e-17 {
+                n += 1.0;
+                term *= -a * a / n;
+                sum += term / (2.0 * n + 1.0);
+            }
+            sum * 2.0 / std::f64::consts::PI.sqrt()
+        } else {
+            let mut f = 0.0;
+            for k in (1..60).rev() {
+                f = (k as f64 / 2.0) / (a + f);
+            }
+            1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / (a + f)
+        };
+        y.copysign(x)
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_keeps_order() {
+        let mut row = vec![1.0f32, 3.0, -2.0, 3.0, 1000.0, -1000.0];
+        softmax(&mut row, 6);
+        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(row[4] > 0.999 && row[5] < 1e-30);
+        let mut rows = vec![0.5f32, 0.25, 0.0, 0.0];
+        softmax(&mut rows, 2);
+        let want = 1.0 / (1.0 + (-0.25f64).exp());
+        assert!((rows[0] as f64 - want).abs() < 1e-6);
+        assert_eq!(&rows[2..], &[0.5, 0.5], "each row on its own");
+    }
+
+    /// The same attention, computed naively per token in f64.
+    fn naive(qkv: &[f32], lens: &[usize], heads: usize, d: usize) -> Vec<f64> {
+        let hidden = heads * d;
+        let mut out = vec![0f64; lens.iter().sum::<usize>() * hidden];
+        let mut start = 0;
+        for &len in lens {
+            for h in 0..heads {
+                let at =
+                    |t: usize, part: usize, i: usize| qkv[(start + t) * 3 * hidden + part * hidden + h * d + i] as f64;
+                for i in 0..len {
+                    let scores: Vec<f64> = (0..len)
+                        .map(|j| (0..d).map(|c| at(i, 0, c) * at(j, 1, c)).sum::<f64>() / (d as f64).sqrt())
+                        .collect();
+                    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for c in 0..d {
+                        out[(start + i) * hidden + h * d + c] = (0..len).map(|j| e[j] / z * at(j, 2, c)).sum();
+                    }
+                }
+            }
+            start += len;
+        }
+        out
+    }
+
+    #[test]
+    fn packed_attention_matches_a_naive_one_sequence_by_sequence() {
+        let (heads, d) = (3, 8);
+        let lens = [5, 1, 12, 2];
+        let total: usize = lens.iter().sum();
+        let qkv: Vec<f32> = (0..total * 3 * heads * d).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect();
+        let mut out = vec![0f32; total * heads * d];
+        attention(&qkv, &lens, heads, d, &mut out);
+        let want = naive(&qkv, &lens, heads, d);
+        let worst = out.iter().zip(&want).map(|(a, b)| (*a as f64 - b).abs()).fold(0.0, f64::max);
+        assert!(worst < 1e-5, "max difference {worst}");
+    }
+}
