@@ -18,7 +18,8 @@
 //! | `http`     | the axum router: /mcp, /healthz, /readyz, limits |
 //! | `app`      | the composition root: builds and owns everything |
 //!
-//! `demo` holds the built-in demo backends; `eval` the retrieval evaluation.
+//! `demo` holds the built-in demo backends; `eval` the retrieval evaluation; `simd` the one
+//! macro that compiles numeric loops for wider vector units, used by `embed` and `index`.
 
 pub mod app;
 pub mod catalog;
@@ -31,5 +32,6 @@ pub mod http;
 pub mod index;
 pub mod mcp;
 pub mod session;
+mod simd;
 pub mod store;
 pub mod upstream;

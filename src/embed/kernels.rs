@@ -3,7 +3,7 @@
 //! arithmetic that the compiler vectorises, and the matrix products go to `gemm`, which picks its
 //! SIMD kernels at run time. The element-wise loops are compiled for the target's baseline (SSE2
 //! on x86-64, NEON on aarch64) and, on x86-64, also for AVX2+FMA and AVX-512, one of which is
-//! picked at run time ([`widest!`]).
+//! picked at run time ([`crate::simd::widest!`]).
 //!
 //! Accuracy: `exp` and `erf` are polynomial approximations with errors near f32 rounding
 //! (tested against f64 below); the golden-vector test checks the whole model against
@@ -12,41 +12,10 @@
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use crate::simd::widest;
+
 /// Elements per parallel chunk of an element-wise kernel.
 const CHUNK: usize = 16 * 1024;
-
-/// Defines `fn $name` that runs `$body` compiled for the widest vector unit the CPU has: on
-/// x86-64, AVX-512 or AVX2+FMA when detected at run time; otherwise (and on every other target)
-/// the baseline build. The body is written once; only the instructions chosen differ.
-macro_rules! widest {
-    ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
-        $(#[$meta])*
-        $vis fn $name($($arg: $ty),*) {
-            #[inline(always)]
-            fn body($($arg: $ty),*) $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                unsafe fn avx512($($arg: $ty),*) {
-                    body($($arg),*)
-                }
-                #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2($($arg: $ty),*) {
-                    body($($arg),*)
-                }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has just been found to support AVX-512F.
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                    // SAFETY: the CPU has just been found to support AVX2 and FMA.
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            body($($arg),*)
-        }
-    };
-}
 
 /// `e^x` for `x` in f32 range, to about 2 ulp; no table, no branch.
 #[inline(always)]

@@ -1,14 +1,15 @@
 //! The dense arm: unit vectors in one contiguous buffer, an exact scan over allowed slots, and an
-//! HNSW graph (hnsw_rs) for catalogs large enough to need one. [`DenseIndex::search`] picks the
-//! path per query and reports which one ran.
+//! HNSW graph ([`super::graph`]) for catalogs large enough to need one. [`DenseIndex::search`]
+//! picks the path per query and reports which one ran.
 //!
 //! hnsw_rs's own dot distance asserts `1 - dot >= 0`, which f32 rounding breaks for a vector and
-//! itself (duplicate tool texts), so the graph uses [`ClampedDot`].
+//! itself (duplicate tool texts), so the graph is built with [`ClampedDot`].
 
 use hnsw_rs::anndists::dist::Distance;
-use hnsw_rs::hnsw::Hnsw;
 
+use super::graph::Graph;
 use super::{AllowList, Hit, Slot, top_k};
+use crate::simd::widest;
 
 /// Below this many vectors no graph is built: the exact scan is as fast (docs/performance.md).
 pub const GRAPH_MIN_SLOTS: usize = 20_000;
@@ -24,7 +25,7 @@ pub const HNSW_EF_SEARCH: usize = 400;
 pub enum Plan {
     Exact,
     Graph,
-    /// The graph returned too few allowed hits; the exact scan answered.
+    /// The graph found fewer than `k` allowed hits; the exact scan answered.
     GraphThenExact,
 }
 
@@ -38,15 +39,27 @@ impl Distance<f32> for ClampedDot {
     }
 }
 
-/// Dot product with eight independent accumulators, which the compiler vectorises on every
-/// target (NEON, SSE, AVX) without target-specific code.
+/// Dot product: the wider vector unit where the CPU has one ([`widest!`]).
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    dot_widest(a, b)
+}
+
+widest! {
+    fn dot_widest(a: &[f32], b: &[f32]) -> f32 {
+        dot_body(a, b)
+    }
+}
+
+/// Sixteen independent accumulators: one AVX-512 register, two AVX2 or four SSE/NEON ones, so
+/// the loop is vectorised at every width without target-specific code.
+#[inline(always)]
+fn dot_body(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
+        for i in 0..16 {
             acc[i] += x[i] * y[i];
         }
     }
@@ -57,11 +70,34 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+widest! {
+    /// Scores of the allowed slots of slot-major `data` against `query`.
+    fn scan(data: &[f32], dim: usize, query: &[f32], allow: &AllowList) -> Vec<Hit> {
+        let len = data.len() / dim;
+        if allow.count() * 4 >= len {
+            // Dense allow-list: walk the buffer in order (prefetch-friendly), test the bit.
+            data.chunks_exact(dim)
+                .zip(0..)
+                .filter(|(_, s)| allow.contains(*s))
+                .map(|(v, slot)| Hit { slot, score: dot_body(query, v) })
+                .collect()
+        } else {
+            allow
+                .iter()
+                .map(|slot| {
+                    let at = slot as usize * dim;
+                    Hit { slot, score: dot_body(query, &data[at..at + dim]) }
+                })
+                .collect()
+        }
+    }
+}
+
 pub struct DenseIndex {
     dim: usize,
     /// `len * dim` floats, slot-major.
     data: Vec<f32>,
-    graph: Option<Hnsw<'static, f32, ClampedDot>>,
+    graph: Option<Graph>,
 }
 
 impl std::fmt::Debug for DenseIndex {
@@ -79,18 +115,8 @@ impl DenseIndex {
     pub fn build(dim: usize, data: Vec<f32>, graph_min: usize) -> Self {
         assert!(dim > 0 && data.len().is_multiple_of(dim), "vectors must be {dim}-dimensional");
         let len = data.len() / dim;
-        let graph = (len >= graph_min && len > 0).then(|| {
-            let g = Hnsw::new(HNSW_M, len, 16, HNSW_EF_CONSTRUCTION, ClampedDot);
-            let items: Vec<(&[f32], usize)> = data.chunks_exact(dim).zip(0..).collect();
-            g.parallel_insert_slice(&items);
-            g
-        });
-        let mut idx = Self { dim, data, graph: None };
-        if let Some(mut g) = graph {
-            g.set_searching_mode(true);
-            idx.graph = Some(g);
-        }
-        idx
+        let graph = (len >= graph_min && len > 0).then(|| Graph::build(dim, &data, HNSW_M, HNSW_EF_CONSTRUCTION));
+        Self { dim, data, graph }
     }
 
     pub fn len(&self) -> usize {
@@ -118,7 +144,8 @@ impl DenseIndex {
     pub fn search(&self, query: &[f32], allow: &AllowList, k: usize) -> (Vec<Hit>, Plan) {
         match &self.graph {
             Some(g) if allow.count() > EXACT_MAX_ALLOWED => {
-                let hits = self.graph_search(g, query, allow, k);
+                let filter = (allow.count() < self.len()).then_some(allow);
+                let hits = g.search(&self.data, query, k, HNSW_EF_SEARCH, filter);
                 if hits.len() >= k.min(allow.count()) {
                     (hits, Plan::Graph)
                 } else {
@@ -134,46 +161,16 @@ impl DenseIndex {
         if k == 0 || allow.is_empty() {
             return Vec::new();
         }
-        let hits: Vec<Hit> = if allow.count() * 4 >= self.len() {
-            // Dense allow-list: walk the buffer in order (prefetch-friendly), test the bit.
-            self.data
-                .chunks_exact(self.dim)
-                .zip(0..)
-                .filter(|(_, s)| allow.contains(*s))
-                .map(|(v, slot)| Hit { slot, score: dot(query, v) })
-                .collect()
-        } else {
-            allow.iter().map(|slot| Hit { slot, score: dot(query, self.vector(slot)) }).collect()
-        };
-        top_k(hits, k)
-    }
-
-    /// Graph search over the whole catalog, over-fetching by the inverse of the allowed share and
-    /// dropping what the allow-list excludes.
-    fn graph_search(&self, g: &Hnsw<'static, f32, ClampedDot>, query: &[f32], allow: &AllowList, k: usize) -> Vec<Hit> {
-        let share = allow.count() as f64 / self.len().max(1) as f64;
-        let fetch = ((k as f64 / share) * 2.0).ceil() as usize + 16;
-        let fetch = fetch.min(self.len());
-        let ef = fetch.max(HNSW_EF_SEARCH);
-        let hits: Vec<Hit> = g
-            .search(query, fetch, ef)
-            .into_iter()
-            .map(|n| n.d_id as Slot)
-            .filter(|&s| allow.contains(s))
-            .map(|slot| Hit { slot, score: dot(query, self.vector(slot)) })
-            .collect();
-        top_k(hits, k)
+        top_k(scan(&self.data, self.dim, query, allow), k)
     }
 
     /// Graph search with no allow-list, for recall checks against [`Self::exact`].
     pub fn graph_only(&self, query: &[f32], k: usize) -> Option<Vec<Hit>> {
-        let g = self.graph.as_ref()?;
-        let all = AllowList::all(self.len());
-        Some(self.graph_search(g, query, &all, k))
+        Some(self.graph.as_ref()?.search(&self.data, query, k, HNSW_EF_SEARCH, None))
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.data.len() * 4
+        self.data.len() * 4 + self.graph.as_ref().map_or(0, Graph::heap_bytes)
     }
 }
 

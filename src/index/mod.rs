@@ -2,13 +2,14 @@
 //!
 //! Knows nothing of sessions, backends or MCP: callers hand in an [`AllowList`] and get slots
 //! back, never one outside it. [`dense`] holds the vectors with an exact scan and an HNSW graph
-//! and picks between them per query ([`dense::Plan`]); [`bm25`] is the keyword arm; [`fusion`]
+//! ([`graph`]) and picks between them per query ([`dense::Plan`]); [`bm25`] is the keyword arm; [`fusion`]
 //! merges the two rankings.
 
 pub mod allow;
 pub mod bm25;
 pub mod dense;
 pub mod fusion;
+pub mod graph;
 
 pub use allow::AllowList;
 
