@@ -150,8 +150,18 @@ pub async fn run(
     )
     .ok();
     let store = Store::new(Some(embedder), cache);
-    eprintln!("embedding {} tools ...", catalog.len());
-    let generation = store.rebuild(catalog).await;
+    eprintln!("indexing {} tools (texts not in the vector cache are embedded) ...", catalog.len());
+    let bar = indicatif::ProgressBar::hidden();
+    let generation = store
+        .rebuild_with_progress(catalog, &|done, total| {
+            if bar.is_hidden() {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                bar.set_length(total as u64);
+            }
+            bar.set_position(done as u64);
+        })
+        .await;
+    bar.finish_and_clear();
     let allow = AllowList::all(generation.catalog.len());
     let mut out_file = out.map(std::fs::File::create).transpose()?;
     let rankers =

@@ -174,11 +174,18 @@ impl Store {
         self.embedder.as_ref()
     }
 
-    /// Embeds what is new in `catalog`, builds its indexes and makes it current.
+    /// Embeds what is new in `catalog`, builds its indexes and makes it current. Long embedding
+    /// work is logged as it goes.
     pub async fn rebuild(&self, catalog: Catalog) -> Arc<Generation> {
+        let log = ProgressLog::default();
+        self.rebuild_with_progress(catalog, &|done, total| log.report(done, total)).await
+    }
+
+    /// [`Store::rebuild`], telling `progress` (texts embedded, texts to embed) after each chunk.
+    pub async fn rebuild_with_progress(&self, catalog: Catalog, progress: &Progress<'_>) -> Arc<Generation> {
         let _writer = self.build_lock.lock().await;
         let dense = match &self.embedder {
-            Some(e) => match self.vectors(e.as_ref(), &catalog).await {
+            Some(e) => match self.vectors(e.as_ref(), &catalog, progress).await {
                 Ok(data) => Some((e.dim(), data)),
                 Err(err) => {
                     tracing::warn!(%err, "tool texts could not be embedded; search is keyword-only until the next rebuild");
@@ -204,7 +211,12 @@ impl Store {
     }
 
     /// Slot-major vectors for every tool of `catalog`, from the cache or the model.
-    async fn vectors(&self, e: &dyn Embedder, catalog: &Catalog) -> Result<Vec<f32>, EmbedError> {
+    async fn vectors(
+        &self,
+        e: &dyn Embedder,
+        catalog: &Catalog,
+        progress: &Progress<'_>,
+    ) -> Result<Vec<f32>, EmbedError> {
         let dim = e.dim();
         let tools = catalog.tools();
         let mut data = vec![0f32; tools.len() * dim];
@@ -217,6 +229,7 @@ impl Store {
             }
         }
         let texts: Vec<&str> = missing.keys().copied().collect();
+        let mut done = 0;
         for chunk in texts.chunks(BUILD_CHUNK) {
             let vs = e.embed(chunk.iter().map(|s| s.to_string()).collect()).await?;
             self.counters.texts_embedded.fetch_add(chunk.len() as u64, Ordering::Relaxed);
@@ -234,6 +247,8 @@ impl Store {
             {
                 tracing::warn!(%err, "vector cache not written; vectors stay in memory");
             }
+            done += chunk.len();
+            progress(done, texts.len());
         }
         Ok(data)
     }
@@ -296,6 +311,32 @@ impl Store {
             (None, _) => {
                 SearchResult { hits: keyword().into_iter().take(n).collect(), mode: SearchMode::Keyword, plan: None }
             }
+        }
+    }
+}
+
+/// Told (texts embedded so far, texts to embed) as a rebuild embeds.
+pub type Progress<'a> = dyn Fn(usize, usize) + Send + Sync + 'a;
+
+/// The default progress report: a log line every few seconds while embedding runs long.
+#[derive(Default)]
+struct ProgressLog {
+    last: Mutex<Option<std::time::Instant>>,
+}
+
+impl ProgressLog {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+    fn report(&self, done: usize, total: usize) {
+        let mut last = self.last.lock().expect("progress lock");
+        let now = std::time::Instant::now();
+        match *last {
+            None => *last = Some(now),
+            Some(t) if now - t >= Self::EVERY || done == total => {
+                tracing::info!("embedding tool texts: {done} of {total}");
+                *last = Some(now);
+            }
+            Some(_) => {}
         }
     }
 }
