@@ -20,15 +20,18 @@ pub fn shared(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("shared").join(path)
 }
 
-pub fn model() -> Arc<ModelEmbedder> {
-    let files = toolmux::embed::files::locate(
+pub fn model_files() -> toolmux::embed::files::ModelFiles {
+    toolmux::embed::files::locate(
         toolmux::config::DEFAULT_MODEL,
         None,
         &toolmux::embed::files::default_model_roots(),
         false,
     )
-    .expect("run models/fetch.sh first");
-    Arc::new(ModelEmbedder::start(&files).expect("model loads"))
+    .expect("run models/fetch.sh first")
+}
+
+pub fn model() -> Arc<ModelEmbedder> {
+    Arc::new(ModelEmbedder::start(&model_files()).expect("model loads"))
 }
 
 fn lines(path: &Path) -> Vec<Value> {
@@ -103,9 +106,24 @@ pub fn synthetic(real: &[Vec<f32>], n: usize, seed: u64) -> Vec<f32> {
 
 /// Resident memory of this process, in MiB (Linux; 0 elsewhere).
 pub fn rss_mib() -> f64 {
+    status_mib("VmRSS:")
+}
+
+/// Peak resident memory of this process so far, in MiB (Linux; 0 elsewhere).
+pub fn peak_rss_mib() -> f64 {
+    status_mib("VmHWM:")
+}
+
+fn status_mib(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| l.to_string()))
+        .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(|l| l.to_string()))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The median of some timings (sorts them).
+pub fn median(xs: &mut [f64]) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
 }
