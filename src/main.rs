@@ -138,9 +138,14 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Demo { listen, mode } => {
             let app = toolmux::app::demo(&listen, &mode).await?;
             let addr = app.addr.expect("serving HTTP");
+            // Announced once the tools are indexed: a client connecting at once finds them all.
+            if !app.ready(Duration::from_secs(60)).await {
+                tracing::warn!("the demo backends did not all answer within 60 s");
+            }
             println!(
-                "toolmux demo: {} backends, connect an MCP client to http://{addr}/mcp",
-                app.gateway.upstream.backends.len()
+                "toolmux demo: {} backends, {} tools; connect an MCP client to http://{addr}/mcp",
+                app.gateway.upstream.backends.len(),
+                app.gateway.store.current().catalog.len()
             );
             serve_until_signal(app).await
         }

@@ -1,0 +1,73 @@
+//! The `toolmux` binary's own commands, run as child processes: `find` and `demo`.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+use crate::harness::*;
+
+#[test]
+fn find_prints_what_find_tool_would_return() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    let toml = format!(
+        "[optimizer]\ncache_dir = \"{}\"\n{}{}",
+        dir.path().join("vectors").display(),
+        stdio_backend_toml("kit", "testkit"),
+        stdio_backend_toml("github", "github"),
+    );
+    std::fs::write(&config, toml).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["find", "--config", config.to_str().unwrap(), "create a pull request on a code repository"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let names: Vec<&str> = answer["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names.first(), Some(&"github_create_pull_request"), "{names:?}");
+    assert_eq!(answer["search_mode"], "hybrid");
+    assert!(answer["token_metrics"]["baseline_tokens"].as_u64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn demo_serves_the_built_in_backends_in_optimizer_mode() {
+    let cache = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["demo", "--listen", "127.0.0.1:0"])
+        .env("XDG_CACHE_HOME", cache.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
+        .await
+        .expect("the demo prints its URL")
+        .unwrap()
+        .unwrap();
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap_or_else(|| panic!("{line}"));
+    let c = rmcp::ServiceExt::serve(
+        Recorder::default(),
+        rmcp::transport::StreamableHttpClientTransport::from_uri(url.to_string()),
+    )
+    .await
+    .expect("client connects");
+    let tools = c.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, vec!["find_tool", "call_tool"]);
+    let r = call(&c, "find_tool", json!({"tool_description": "send a chat message to a channel"})).await;
+    let found = found(&r);
+    assert!(found.iter().take(3).any(|n| n == "slack_send_message"), "{found:?}");
+    let r = call(
+        &c,
+        "call_tool",
+        json!({"tool_name": "slack_send_message", "parameters": {"channel": "#general", "text": "hi"}}),
+    )
+    .await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    c.cancel().await.unwrap();
+    child.kill().await.unwrap();
+}
