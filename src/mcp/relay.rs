@@ -199,8 +199,9 @@ impl Hub {
                 .map(target)
                 .ok_or(Unroutable::NoCall);
         }
-        let sessions: HashSet<Option<u64>> = running.iter().map(|c| c.session).collect();
-        let clients = sessions.len() + running.iter().filter(|c| c.session.is_none()).count().saturating_sub(1);
+        // Each session counts once; each stateless request is a client of its own.
+        let mut sessions = HashSet::new();
+        let clients = running.iter().filter(|c| c.session.is_none_or(|s| sessions.insert(s))).count();
         match (running.last(), clients) {
             (None, _) => Err(Unroutable::NoCall),
             (Some(c), 1) => Ok(target(c)),
