@@ -4,7 +4,7 @@
 //! there is nothing to pick.
 
 /// Defines `fn $name` that runs `$body` compiled for the widest vector unit the CPU has: on
-/// x86-64, AVX-512 or AVX2+FMA when detected at run time; otherwise (and on every other target)
+/// x86-64, AVX-512 (F and BW, for byte and word arithmetic) or AVX2+FMA when detected at run time; otherwise (and on every other target)
 /// the baseline build. The body is written once; only the instructions chosen differ.
 macro_rules! widest {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
@@ -14,7 +14,7 @@ macro_rules! widest {
             fn body($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx512f")]
+                #[target_feature(enable = "avx512f,avx512bw")]
                 unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
                     body($($arg),*)
                 }
@@ -22,8 +22,8 @@ macro_rules! widest {
                 unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
                     body($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has just been found to support AVX-512F.
+                if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+                    // SAFETY: the CPU has just been found to support AVX-512F and BW.
                     return unsafe { avx512($($arg),*) };
                 }
                 if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {

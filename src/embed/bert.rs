@@ -10,7 +10,7 @@
 //! generic softmax and exact-erf GELU; on mixed-length tool texts it embedded less than half
 //! as many texts a second as sentence-transformers (docs/performance.md).
 
-use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor};
 use candle_nn::VarBuilder;
 use serde::Deserialize;
 
@@ -53,7 +53,7 @@ impl Dense {
 
     /// `x Wᵀ + b` for `x` of shape `(tokens, in)`.
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        x.matmul(&self.weight_t)?.broadcast_add(&self.bias)
+        x.apply_op2_no_bwd(&self.weight_t, &MatMul)?.broadcast_add(&self.bias)
     }
 }
 
@@ -224,6 +224,32 @@ impl CustomOp1 for PackedAttention {
         let mut out = vec![0f32; tokens * hidden];
         kernels::attention(qkv, &self.lens, self.heads, self.head_dim, &mut out);
         Ok((CpuStorage::F32(out), Shape::from((tokens, hidden))))
+    }
+}
+
+/// [`kernels::matmul`] as a candle op: `(rows, inner)` · `(inner, cols)`.
+struct MatMul;
+
+impl CustomOp2 for MatMul {
+    fn name(&self) -> &'static str {
+        "matmul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, w) = (f32_data(self.name(), s1, l1)?, f32_data(self.name(), s2, l2)?);
+        let ((rows, inner), (inner_w, cols)) = (l1.shape().dims2()?, l2.shape().dims2()?);
+        if inner != inner_w {
+            candle_core::bail!("matmul: ({rows}, {inner}) by ({inner_w}, {cols})");
+        }
+        let mut out = vec![0f32; rows * cols];
+        kernels::matmul(x, w, rows, inner, cols, &mut out);
+        Ok((CpuStorage::F32(out), Shape::from((rows, cols))))
     }
 }
 

@@ -80,6 +80,66 @@ widest! {
     }
 }
 
+/// Below this many rows, [`matmul`] splits the output's columns between threads itself.
+const FEW_ROWS: usize = 64;
+
+/// `out = x · w` for row-major `x` (`rows × inner`), `w` (`inner × cols`) and `out`.
+///
+/// A query has a couple of dozen rows; gemm's own threading does not split so small a product,
+/// and the time goes in streaming the weights. Splitting the columns between threads, each
+/// streaming its share of `w`, made a query's dense layers about a quarter faster; larger
+/// products are left to gemm's threading.
+pub fn matmul(x: &[f32], w: &[f32], rows: usize, inner: usize, cols: usize, out: &mut [f32]) {
+    assert_eq!(x.len(), rows * inner, "x is rows × inner");
+    assert_eq!(w.len(), inner * cols, "w is inner × cols");
+    assert_eq!(out.len(), rows * cols, "out is rows × cols");
+    /// A block of output columns, `[start, start + width)` of every row.
+    struct Block(*mut f32, usize, usize);
+    // SAFETY: blocks cover disjoint columns of `out`, which outlives the scope they are used in.
+    unsafe impl Send for Block {}
+    let product = |Block(out, start, width): Block, parallelism| {
+        // SAFETY: `x` and `w` are read within their asserted shapes; `out` is written at rows
+        // `0..rows`, columns `start..start + width`, inside `out` and inside this block only.
+        unsafe {
+            gemm::gemm(
+                rows,
+                width,
+                inner,
+                out.add(start),
+                1,
+                cols as isize,
+                false,
+                x.as_ptr(),
+                1,
+                inner as isize,
+                w.as_ptr().add(start),
+                1,
+                cols as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            )
+        }
+    };
+    let threads = rayon::current_num_threads();
+    if rows >= FEW_ROWS || threads == 1 {
+        product(Block(out.as_mut_ptr(), 0, cols), Parallelism::Rayon(0));
+        return;
+    }
+    // Blocks of whole 16-float vectors, one per thread.
+    let width = cols.div_ceil(threads).next_multiple_of(16);
+    let blocks: Vec<Block> =
+        (0..cols).step_by(width).map(|start| Block(out.as_mut_ptr(), start, width.min(cols - start))).collect();
+    rayon::scope(|scope| {
+        for block in blocks {
+            scope.spawn(|_| product(block, Parallelism::None));
+        }
+    });
+}
+
 /// Self-attention over packed sequences: no padding, no mask.
 ///
 /// `qkv` holds one row per token, `3 · heads · head_dim` wide (queries, then keys, then values);
@@ -217,6 +277,26 @@ mod tests {
             1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / (a + f)
         };
         y.copysign(x)
+    }
+
+    #[test]
+    fn matmul_matches_a_naive_product_for_few_and_many_rows() {
+        for (rows, inner, cols) in [(3, 40, 100), (1, 384, 1536), (70, 33, 50)] {
+            let x: Vec<f32> = (0..rows * inner).map(|i| ((i * 31 % 17) as f32 - 8.0) / 8.0).collect();
+            let w: Vec<f32> = (0..inner * cols).map(|i| ((i * 7 % 23) as f32 - 11.0) / 11.0).collect();
+            let mut out = vec![f32::NAN; rows * cols];
+            matmul(&x, &w, rows, inner, cols, &mut out);
+            for r in 0..rows {
+                for c in 0..cols {
+                    let want: f64 = (0..inner).map(|k| x[r * inner + k] as f64 * w[k * cols + c] as f64).sum();
+                    let got = out[r * cols + c] as f64;
+                    assert!(
+                        (got - want).abs() < 1e-3 * want.abs().max(1.0),
+                        "({rows}x{inner}x{cols}) [{r},{c}] {got} vs {want}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
