@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 models/fetch.sh all-MiniLM-L6-v2
-cargo build --release --locked
-exec target/release/toolmux demo "$@"
+# `cargo run` finds the binary wherever CARGO_TARGET_DIR puts it.
+exec cargo run --release --locked --quiet -- demo "$@"
