@@ -10,7 +10,7 @@
 //! generic softmax and exact-erf GELU; on mixed-length tool texts it embedded less than half
 //! as many texts a second as sentence-transformers (docs/performance.md).
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Device, Layout, Shape, Tensor};
 use candle_nn::VarBuilder;
 use serde::Deserialize;
 
@@ -167,7 +167,7 @@ impl Encoder {
             let out = (layer.output.forward(&inner)? + &x)?;
             x = self.normalize(&out, &layer.output_norm)?;
         }
-        let rows = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let rows = x.flatten_all()?.to_vec1::<f32>()?;
         Ok(pool(&rows, &lens, self.hidden()))
     }
 

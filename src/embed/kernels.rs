@@ -1,5 +1,5 @@
-//! The CPU kernels of the encoder that candle's generic ops make slow: GELU and attention over
-//! packed sequences. Plain Rust over slices: the element-wise functions are branch-free
+//! The CPU kernels of the encoder that candle's generic ops make slow: GELU, attention over
+//! packed sequences, and matrix products of few rows. Plain Rust over slices: the element-wise functions are branch-free
 //! arithmetic that the compiler vectorises, and the matrix products go to `gemm`, which picks its
 //! SIMD kernels at run time. The element-wise loops are compiled for the target's baseline (SSE2
 //! on x86-64, NEON on aarch64) and, on x86-64, also for AVX2+FMA and AVX-512, one of which is

@@ -39,14 +39,9 @@ impl Distance<f32> for ClampedDot {
     }
 }
 
-/// Dot product: the wider vector unit where the CPU has one ([`widest!`]).
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    dot_widest(a, b)
-}
-
 widest! {
-    fn dot_widest(a: &[f32], b: &[f32]) -> f32 {
+    /// Dot product: the wider vector unit where the CPU has one ([`widest!`]).
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         dot_body(a, b)
     }
 }

@@ -103,7 +103,7 @@ impl Graph {
     }
 
     /// Copies the layers of an hnsw_rs graph built over `data` with `m` neighbours a layer.
-    pub fn flatten(hnsw: &Hnsw<'_, f32, ClampedDot>, dim: usize, data: &[f32], m: usize) -> Self {
+    fn flatten(hnsw: &Hnsw<'_, f32, ClampedDot>, dim: usize, data: &[f32], m: usize) -> Self {
         let len = data.len() / dim;
         let width = 2 * m;
         let mut bottom = vec![NONE; len * width];
