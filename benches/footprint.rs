@@ -12,7 +12,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use toolmux::catalog::{Catalog, CatalogTool, ToolKey};
 use toolmux::embed::Embedder;
@@ -26,25 +26,6 @@ use support::*;
 const TOOLS: usize = 10_000;
 const SESSIONS: usize = 1_000;
 const RESTART_TOOLS: usize = 1_000;
-
-fn gateway(store: Arc<Store>) -> Arc<toolmux::mcp::Gateway> {
-    let upstream = || Arc::new(toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay)));
-    toolmux::mcp::Gateway::new(toolmux::mcp::gateway::Parts {
-        mode: toolmux::config::Mode::Optimizer,
-        max_tools: 8,
-        find_tool_description: None,
-        aggregation: Default::default(),
-        store,
-        upstream: upstream(),
-        health: toolmux::health::Monitor::new(
-            toolmux::config::HealthConfig { interval: Duration::ZERO, ..Default::default() },
-            &upstream(),
-        ),
-        policy: Arc::new(AllowAll),
-        relay: toolmux::mcp::relay::Hub::new(),
-        ct: tokio_util::sync::CancellationToken::new(),
-    })
-}
 
 /// `n` tools: the real apigen tools, then renamed variants of them, spread over 20 backends and
 /// named as prefix resolution names them.
@@ -78,7 +59,7 @@ fn measure_memory(cache_dir: &std::path::Path) {
     let store = Arc::new(Store::new(Some(m.clone() as Arc<dyn Embedder>), Some(cache)));
     rt.block_on(store.rebuild(catalog_of(TOOLS)));
     assert_eq!(store.counters.texts_embedded.load(std::sync::atomic::Ordering::Relaxed), 0, "all vectors cached");
-    let gw = gateway(store.clone());
+    let gw = optimizer_gateway(store.clone());
     let sessions: Vec<_> = {
         let _rt = rt.enter();
         (0..SESSIONS).map(|_| gw.open_session(Caller::anonymous())).collect()

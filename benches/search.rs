@@ -168,21 +168,7 @@ fn benches(c: &mut Criterion) {
         })
         .collect();
     rt.block_on(gw_store.rebuild(toolmux::catalog::Catalog::from_tools(demo_tools)));
-    let gw = toolmux::mcp::Gateway::new(toolmux::mcp::gateway::Parts {
-        mode: toolmux::config::Mode::Optimizer,
-        max_tools: 8,
-        find_tool_description: None,
-        aggregation: Default::default(),
-        store: gw_store.clone(),
-        upstream: Arc::new(toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay))),
-        health: toolmux::health::Monitor::new(
-            toolmux::config::HealthConfig { interval: Duration::ZERO, ..Default::default() },
-            &toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay)),
-        ),
-        policy: Arc::new(AllowAll),
-        relay: toolmux::mcp::relay::Hub::new(),
-        ct: tokio_util::sync::CancellationToken::new(),
-    });
+    let gw = optimizer_gateway(gw_store.clone());
     let handler = toolmux::mcp::GatewayHandler::new(gw.clone());
     let generation = gw_store.current();
     let all = scope(generation, &|_| true, &AllowAll, &Caller::anonymous());

@@ -104,6 +104,27 @@ pub fn synthetic(real: &[Vec<f32>], n: usize, seed: u64) -> Vec<f32> {
     out
 }
 
+/// An optimizer-mode gateway over `store`, with no backends and health monitoring off: enough to
+/// drive find_tool through the handler.
+pub fn optimizer_gateway(store: Arc<toolmux::store::Store>) -> Arc<toolmux::mcp::Gateway> {
+    let upstream = || Arc::new(toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay)));
+    toolmux::mcp::Gateway::new(toolmux::mcp::gateway::Parts {
+        mode: toolmux::config::Mode::Optimizer,
+        max_tools: 8,
+        find_tool_description: None,
+        aggregation: Default::default(),
+        store,
+        upstream: upstream(),
+        health: toolmux::health::Monitor::new(
+            toolmux::config::HealthConfig { interval: std::time::Duration::ZERO, ..Default::default() },
+            &upstream(),
+        ),
+        policy: Arc::new(toolmux::session::AllowAll),
+        relay: toolmux::mcp::relay::Hub::new(),
+        ct: tokio_util::sync::CancellationToken::new(),
+    })
+}
+
 /// Resident memory of this process, in MiB (Linux; 0 elsewhere).
 pub fn rss_mib() -> f64 {
     status_mib("VmRSS:")
