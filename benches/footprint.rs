@@ -30,7 +30,7 @@ const RESTART_TOOLS: usize = 1_000;
 /// `n` tools: the real apigen tools, then renamed variants of them, spread over 20 backends and
 /// named as prefix resolution names them.
 fn catalog_of(n: usize) -> Catalog {
-    let real = toolmux::eval::catalog(&shared("eval/toolret-apigen/tools.jsonl")).unwrap();
+    let real = toolmux::eval::catalog(&eval_data("toolret-apigen/tools.jsonl")).unwrap();
     let tools: Vec<CatalogTool> = (0..n)
         .map(|i| {
             let mut tool = real.tools()[i % real.len()].tool.clone();

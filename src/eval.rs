@@ -1,5 +1,5 @@
 //! `toolmux eval`: find_tool's exact search path (the same store, fusion and defaults) over a
-//! catalog and labelled queries, with the metrics of ../shared/eval/README.md for the fused
+//! catalog and labelled queries, with the metrics of eval/data/README.md for the fused
 //! ranking and for each arm alone.
 
 use std::io::Write;

@@ -16,8 +16,9 @@ use toolmux::embed::worker::ModelEmbedder;
 
 pub const DIM: usize = 384;
 
-pub fn shared(path: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("shared").join(path)
+/// A file of the evaluation data vendored in `eval/data/` (see its README for sources and licences).
+pub fn eval_data(path: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("eval").join("data").join(path)
 }
 
 pub fn model_files() -> toolmux::embed::files::ModelFiles {
@@ -45,9 +46,9 @@ fn lines(path: &Path) -> Vec<Value> {
 
 /// Real tool texts (the apigen set, in find_tool's text form) and real queries.
 pub fn texts() -> (Vec<String>, Vec<String>) {
-    let catalog = toolmux::eval::catalog(&shared("eval/toolret-apigen/tools.jsonl")).unwrap();
+    let catalog = toolmux::eval::catalog(&eval_data("toolret-apigen/tools.jsonl")).unwrap();
     let tools = catalog.tools().iter().map(|t| t.text.clone()).collect();
-    let queries = lines(&shared("eval/toolret-apigen/queries.dev.jsonl"))
+    let queries = lines(&eval_data("toolret-apigen/queries.dev.jsonl"))
         .iter()
         .map(|q| q["query"].as_str().unwrap().to_string())
         .collect();
@@ -121,6 +122,7 @@ pub fn optimizer_gateway(store: Arc<toolmux::store::Store>) -> Arc<toolmux::mcp:
         ),
         policy: Arc::new(toolmux::session::AllowAll),
         relay: toolmux::mcp::relay::Hub::new(),
+        notice_window: std::time::Duration::ZERO,
         ct: tokio_util::sync::CancellationToken::new(),
     })
 }

@@ -10,4 +10,5 @@ mod gateway;
 mod health;
 mod http;
 mod relay;
+mod repo;
 mod search;

@@ -22,8 +22,8 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 
 #[tokio::test]
 async fn embeddings_match_sentence_transformers() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/all-MiniLM-L6-v2.golden.jsonl");
-    let text = std::fs::read_to_string(path).expect("the golden fixture beside the repository");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/all-MiniLM-L6-v2.golden.jsonl");
+    let text = std::fs::read_to_string(path).expect("tests/fixtures/all-MiniLM-L6-v2.golden.jsonl");
     let golden: Vec<(String, Vec<f32>)> = text
         .lines()
         .map(|l| {
