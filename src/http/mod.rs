@@ -1,6 +1,11 @@
 //! The HTTP listener: MCP streamable HTTP at `server.path`, `/healthz` (alive) and `/readyz`
-//! (every backend tried once and the tool index built). Body size, Host and Origin checks are
-//! rmcp's: an oversized body gets 413; on a loopback bind, a non-local Host or Origin gets 403.
+//! (every backend listed or failed once, and the tool index built). Host and Origin checks are
+//! rmcp's: on a loopback bind, a non-local Host or Origin gets 403. In front of rmcp, toolmux
+//! answers what rmcp would answer in plain text or with the wrong code: an oversized body (413),
+//! a body that is not one well-formed message ([`jsonrpc`]), and `DELETE` (200 when a session
+//! ends, 404 for one that does not exist).
+
+pub mod jsonrpc;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,7 +18,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServerConfig;
@@ -41,16 +45,14 @@ pub fn router(gw: Arc<Gateway>, server: &ServerConfig, bound: SocketAddr, ct: &C
         cfg = cfg.disable_allowed_hosts();
     }
     let handler_gw = gw.clone();
-    let mcp = StreamableHttpService::new(
-        move || Ok(GatewayHandler::new(handler_gw.clone())),
-        Arc::new(LocalSessionManager::default()),
-        cfg,
-    );
+    let sessions = Arc::new(LocalSessionManager::default());
+    let mcp = StreamableHttpService::new(move || Ok(GatewayHandler::new(handler_gw.clone())), sessions.clone(), cfg);
     let ready_gw = gw;
     let max_body = server.max_body;
     let mcp = Router::new()
         .fallback_service(mcp)
-        .layer(axum::middleware::from_fn(move |req, next| check_json_rpc(req, next, max_body)));
+        .layer(axum::middleware::from_fn(move |req, next| check_json_rpc(req, next, max_body)))
+        .layer(axum::middleware::from_fn(move |req, next| end_session(req, next, sessions.clone())));
     Router::new().nest_service(&server.path, mcp).route("/healthz", get(|| async { "ok\n" })).route(
         "/readyz",
         get(move || {
@@ -66,8 +68,8 @@ pub fn router(gw: Arc<Gateway>, server: &ServerConfig, bound: SocketAddr, ct: &C
     )
 }
 
-/// Answers a POST body that is not JSON-RPC with a JSON-RPC error (rmcp would answer in plain
-/// text), and one over `max_body` with 413, before the MCP service sees it.
+/// Answers a POST body that is not one well-formed message with its JSON-RPC error (see
+/// [`jsonrpc`]), and one over `max_body` with 413, before the MCP service sees it.
 async fn check_json_rpc(req: Request, next: Next, max_body: usize) -> Response {
     if req.method() != axum::http::Method::POST {
         return next.run(req).await;
@@ -80,23 +82,31 @@ async fn check_json_rpc(req: Request, next: Next, max_body: usize) -> Response {
                 .into_response();
         }
     };
-    let problem = match serde_json::from_slice::<Value>(&bytes) {
-        Err(e) => Some((-32700, format!("Parse error: {e}"))),
-        Ok(v) => {
-            let one = |m: &Value| m.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
-            let ok = match &v {
-                Value::Object(_) => one(&v),
-                Value::Array(items) => !items.is_empty() && items.iter().all(one),
-                _ => false,
-            };
-            (!ok).then(|| (-32600, "Invalid Request: expected a JSON-RPC 2.0 message object".to_string()))
-        }
-    };
-    if let Some((code, message)) = problem {
-        let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
-        return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+    if let Err(rejection) = jsonrpc::check(&bytes) {
+        return (rejection.http_status(), axum::Json(rejection.body())).into_response();
     }
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+}
+
+/// `DELETE` of a session: 404 when there is no such session (the spec's answer for any request
+/// on an ended session), and 200 when it ends. rmcp answers 202 either way, which clients read
+/// as a failed termination (the Python SDK accepts only 200 and 204).
+async fn end_session(req: Request, next: Next, sessions: Arc<LocalSessionManager>) -> Response {
+    if req.method() != axum::http::Method::DELETE {
+        return next.run(req).await;
+    }
+    let id = req.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    if let Some(id) = id {
+        let known = sessions.sessions.read().await.contains_key(id.as_str());
+        if !known {
+            return (StatusCode::NOT_FOUND, "no such session\n").into_response();
+        }
+    }
+    let mut response = next.run(req).await;
+    if response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::OK;
+    }
+    response
 }
 
 /// `https://app.example.com:8443` → `app.example.com:8443`.

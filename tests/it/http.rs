@@ -149,3 +149,99 @@ async fn a_foreign_origin_is_refused_unless_allowed() {
     assert_eq!(post_initialize(&app, Some("http://evil.example.com")).await, 403);
     app.shutdown().await;
 }
+
+/// Opens a session over raw HTTP; returns its id.
+async fn open_session(http: &reqwest::Client, url: &str) -> String {
+    let r = http.post(url).header("accept", ACCEPT).json(&initialize()).send().await.unwrap();
+    assert!(r.status().is_success());
+    let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let r = http
+        .post(url)
+        .header("accept", ACCEPT)
+        .header("mcp-session-id", &id)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    id
+}
+
+/// Posts `body` as it is on session `id`; returns the status and the JSON-RPC error, if any.
+async fn post_raw(http: &reqwest::Client, url: &str, id: &str, body: &str) -> (u16, Value) {
+    let r = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", ACCEPT)
+        .header("mcp-session-id", id)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    // A JSON answer, or the JSON event of a streamed one (after its empty primer).
+    let answer = serde_json::from_str(&text).ok().or_else(|| {
+        text.lines().filter_map(|l| l.strip_prefix("data:")).find_map(|d| serde_json::from_str(d.trim()).ok())
+    });
+    (status, answer.unwrap_or_else(|| json!({"raw": text})))
+}
+
+#[tokio::test]
+async fn malformed_messages_get_the_json_rpc_error_that_names_the_problem() {
+    let kit = http_backend("testkit").await;
+    let app = app_with(&http_backend_toml("kit", &kit.url)).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let http = reqwest::Client::new();
+    let id = open_session(&http, &url).await;
+    for (body, code, words) in [
+        (r#"{"jsonrpc":"2.0","id":1}"#, -32600, "no `method`"),
+        (r#"{"jsonrpc":"2.0","id":{"x":1},"method":"tools/list"}"#, -32600, "`id` must be"),
+        (r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}"#, -32600, "duplicate key `id`"),
+        (r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#, -32600, "batches are not supported"),
+        (r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{}}"#, -32602, "`name` is required"),
+        (r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":3}}"#, -32602, "`name` must be a string"),
+        (
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"kit_echo","arguments":"{}"}}"#,
+            -32602,
+            "`arguments` must be an object",
+        ),
+    ] {
+        let (status, answer) = post_raw(&http, &url, &id, body).await;
+        assert_eq!(answer["error"]["code"], code, "{body} → {status} {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{body} → {message}");
+        let expected_status = if code == -32602 { 200 } else { 400 };
+        assert_eq!(status, expected_status, "{body}");
+        if code == -32602 {
+            assert_eq!(answer["id"], 5, "the error answers the request");
+        }
+    }
+    // The session is unharmed: a good call still works.
+    let (status, answer) = post_raw(
+        &http,
+        &url,
+        &id,
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"kit_echo","arguments":{"input":"still here"}}}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["result"]["content"][0]["text"], "still here", "{answer}");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn delete_ends_a_session_with_200_and_an_unknown_one_gets_404() {
+    let app = app_with("").await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let http = reqwest::Client::new();
+    let id = open_session(&http, &url).await;
+    let delete = || http.delete(&url).header("mcp-session-id", &id).header("mcp-protocol-version", "2025-11-25").send();
+    assert_eq!(delete().await.unwrap().status(), 200, "the session ends");
+    assert_eq!(delete().await.unwrap().status(), 404, "it is gone");
+    let (status, _) = post_raw(&http, &url, &id, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
+    assert_eq!(status, 404, "and takes no more requests");
+    app.shutdown().await;
+}
