@@ -59,6 +59,7 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize) -> Arc<Gateway> {
         health,
         policy: Arc::new(AllowAll),
         relay: toolmux::mcp::relay::Hub::new(),
+        notice_window: Duration::ZERO,
         ct: tokio_util::sync::CancellationToken::new(),
     })
 }

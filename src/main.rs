@@ -61,6 +61,9 @@ enum Command {
         listen: Option<String>,
         #[arg(long)]
         stdio: bool,
+        /// Answer every tools/list this many milliseconds late (a slow server, for tests).
+        #[arg(long, default_value_t = 0)]
+        list_delay_ms: u64,
     },
     /// Measure find_tool's ranking over a catalog and queries (see docs/search.md).
     Eval {
@@ -84,12 +87,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let filter = cli
-        .log_level
-        .clone()
-        .map(tracing_subscriber::EnvFilter::new)
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    init_logging(cli.log_level.as_deref());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli.command)) {
         Ok(code) => code,
@@ -104,6 +102,25 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// toolmux's own events at info and its dependencies' at warn, unless `--log-level` or
+/// `RUST_LOG` says otherwise; colour only when stderr is a terminal.
+fn init_logging(level: Option<&str>) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => EnvFilter::new(l),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER)),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+/// The log filter when none is given.
+const DEFAULT_LOG_FILTER: &str = "warn,toolmux=info";
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
@@ -149,9 +166,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             );
             serve_until_signal(app).await
         }
-        Command::Backend { name, listen, stdio } => {
-            let backend = toolmux::demo::backend(&name)
+        Command::Backend { name, listen, stdio, list_delay_ms } => {
+            let mut backend = toolmux::demo::backend(&name)
                 .ok_or_else(|| anyhow::anyhow!("no demo backend `{name}`; try github, slack, echo or testkit"))?;
+            backend.list_delay = Duration::from_millis(list_delay_ms);
             if stdio || listen.is_none() {
                 toolmux::demo::serve_stdio(backend).await?;
             } else {

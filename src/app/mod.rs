@@ -105,6 +105,7 @@ impl App {
             health: health.clone(),
             policy: opts.policy,
             relay,
+            notice_window: config.health.interval,
             ct: ct.clone(),
         });
 
@@ -112,7 +113,7 @@ impl App {
             tasks.spawn(b.clone().supervise(ct.child_token()));
             tasks.spawn(health.clone().watch_backend(b.clone(), upstream.subscribe(), ct.child_token()));
         }
-        tasks.spawn(health.clone().run_notifier(ct.child_token()));
+        tasks.spawn(gateway.clone().run_notices(ct.child_token()));
         let clashes = Arc::new(Mutex::new(Vec::new()));
         tasks.spawn(catalog_task(gateway.clone(), clashes.clone(), ct.child_token()));
 
@@ -121,6 +122,13 @@ impl App {
                 .await
                 .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
             let addr = listener.local_addr()?;
+            // Without TCP_NODELAY, a streamed answer's last small write waits for the client's
+            // delayed ACK: about 40 ms per request on a kept-alive connection.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                if let Err(err) = tcp.set_nodelay(true) {
+                    tracing::debug!(%err, "TCP_NODELAY not set");
+                }
+            });
             let router = crate::http::router(gateway.clone(), &config.server, addr, &ct);
             let stop = ct.clone();
             tasks.spawn(async move {
@@ -137,7 +145,8 @@ impl App {
         Ok(App { gateway, addr, clashes, ct, tasks })
     }
 
-    /// Waits until every backend was tried once and the index is built (or `timeout` passes).
+    /// Waits until every backend was listed or failed once and the index is built (or `timeout`
+    /// passes).
     pub async fn ready(&self, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         while !self.gateway.is_ready() {
@@ -176,8 +185,8 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
     let mut health = gw.health.subscribe();
     let mut first = true;
     loop {
-        // A health delivery always changes scopes; a backend change only if it changes the catalog
-        // (connections coming and going are health's business, debounced there).
+        // A health flip always changes scopes; a backend change only if it changes the catalog
+        // (connections coming and going are health's business).
         let mut scopes_changed = first;
         if !first {
             tokio::select! {
@@ -191,7 +200,7 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
         }
         first = false;
         // Read before the listings: ready means the index covers every backend's first answer.
-        let all_tried = gw.upstream.all_tried();
+        let settled = gw.upstream.backends.iter().all(|b| settled(&gw, b));
         let listings: Vec<_> = gw.upstream.backends.iter().map(|b| (b.name().to_string(), b.listing())).collect();
         let views: Vec<Listing<'_>> = listings.iter().map(|(n, l)| Listing { backend: n, tools: &l.tools }).collect();
         let (catalog, found) = Catalog::resolve(&views, &gw.aggregation);
@@ -207,11 +216,19 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
         if scopes_changed || !gw.health.enabled() {
             gw.scopes_changed();
         }
-        if !gw.is_ready() && all_tried {
+        if !gw.is_ready() && settled {
             gw.set_ready();
             tracing::info!(tools = gw.store.current().catalog.len(), "ready");
         }
     }
+}
+
+/// Whether a backend has given its first answer: its first attempt failed, or it connected,
+/// listed and health has ruled on it (at once: a first connection counts as a successful probe),
+/// so that a session opened now sees its tools.
+fn settled(gw: &Gateway, b: &crate::upstream::Backend) -> bool {
+    use crate::health::Status;
+    b.was_tried() && (!b.is_connected() || !gw.health.enabled() || gw.health.status(b.name()) != Status::Unknown)
 }
 
 fn same_catalog(a: &Catalog, b: &Catalog) -> bool {

@@ -21,6 +21,8 @@ pub struct DemoBackend {
     pub name: String,
     pub description: String,
     pub tools: Vec<Tool>,
+    /// How long every `tools/list` takes (a slow server, for tests of start-up and health).
+    pub list_delay: std::time::Duration,
 }
 
 /// Every demo backend in the built-in catalog (not `testkit`).
@@ -63,6 +65,7 @@ pub fn parse(text: &str) -> Result<Vec<DemoBackend>, String> {
                 name: name.trim().into(),
                 description: description.trim().into(),
                 tools: Vec::new(),
+                list_delay: std::time::Duration::ZERO,
             });
             continue;
         }

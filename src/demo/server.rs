@@ -28,6 +28,7 @@ struct Shared {
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Calls the client cancelled before they finished (reported by `testkit`'s `cancelled_calls`).
     cancelled: std::sync::atomic::AtomicU64,
+    list_delay: Duration,
 }
 
 #[derive(Clone)]
@@ -44,6 +45,7 @@ impl DemoServer {
                 tools: Mutex::new(backend.tools),
                 peers: Mutex::new(Vec::new()),
                 cancelled: Default::default(),
+                list_delay: backend.list_delay,
             }),
         }
     }
@@ -93,6 +95,7 @@ impl ServerHandler for DemoServer {
         _r: Option<PaginatedRequestParams>,
         _c: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        tokio::time::sleep(self.shared.list_delay).await;
         Ok(ListToolsResult::with_all_items(self.tools()))
     }
 

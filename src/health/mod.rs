@@ -1,7 +1,9 @@
 //! Backend health: a probe per backend every `health.interval`, a status per backend, and
 //! whether it is advertised. Transitions follow the reference gateway (docs/health.md):
 //!
-//! - `unknown` until a probe first succeeds; a first probe that fails leaves it `unknown`;
+//! - `unknown` until a probe first succeeds; a first probe that fails leaves it `unknown`. A
+//!   backend's first connection (initialize and a full listing) counts as its first successful
+//!   probe, so a backend that answered at start-up is offered at once;
 //! - `unhealthy_threshold` consecutive failures make it `unhealthy`; below that the previous
 //!   status stands;
 //! - a success slower than `degraded_threshold` is `degraded`; the first success after failures
@@ -9,6 +11,10 @@
 //!
 //! Advertised: healthy and degraded. With `interval = 0` nothing is probed and every backend is
 //! advertised. [`Tracker`] is the pure state machine; [`Monitor`] drives it with real probes.
+//!
+//! Every flip of a backend's advertisability bumps [`Monitor::version`] at once, in the same
+//! critical section that changes the status: scopes follow health without delay. Debouncing
+//! what clients are *told* (passthrough `tools/list_changed`) is the gateway's business.
 
 pub mod breaker;
 pub mod notifier;
@@ -20,7 +26,6 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use breaker::Breaker;
-use notifier::Notifier;
 
 use serde::Serialize;
 use tokio::sync::watch;
@@ -111,8 +116,9 @@ pub struct Monitor {
     breakers: Option<Mutex<HashMap<String, Breaker>>>,
     /// Rung by passive signals (a call that lost its connection) to probe now.
     probe_now: HashMap<String, Arc<Notify>>,
-    /// Debounced deliveries of advertisability flips.
-    notifier: Notifier,
+    /// The health version: bumped on every advertisability flip, while the lock that made the
+    /// flip is still held, so whoever sees the new status also sees the new version.
+    flips: watch::Sender<u64>,
 }
 
 impl Monitor {
@@ -123,13 +129,12 @@ impl Monitor {
         let breakers =
             cfg.circuit_breaker.map(|bc| Mutex::new(names.iter().map(|n| (n.clone(), Breaker::new(bc))).collect()));
         let probe_now = names.iter().map(|n| (n.clone(), Arc::new(Notify::new()))).collect();
-        let notifier = Notifier::new(cfg.interval);
-        Arc::new(Self { cfg, trackers: Mutex::new(trackers), breakers, probe_now, notifier })
+        let (flips, _) = watch::channel(0);
+        Arc::new(Self { cfg, trackers: Mutex::new(trackers), breakers, probe_now, flips })
     }
 
-    /// Runs the change notifier's debounce (the app spawns this).
-    pub async fn run_notifier(self: Arc<Self>, ct: CancellationToken) {
-        self.notifier.run(ct).await;
+    fn flipped(&self) {
+        self.flips.send_modify(|v| *v += 1);
     }
 
     fn breaker<T>(&self, backend: &str, f: impl FnOnce(&mut Breaker) -> T) -> Option<T> {
@@ -157,11 +162,14 @@ impl Monitor {
         let flipped = self.breaker(backend, |b| {
             let was = b.is_open();
             b.on_failure(Instant::now());
-            was != b.is_open()
+            let flipped = was != b.is_open();
+            if flipped {
+                self.flipped();
+            }
+            flipped
         });
         if flipped == Some(true) {
             tracing::warn!(backend, "circuit breaker opened");
-            self.notifier.trigger();
         }
         if let Some(n) = self.probe_now.get(backend) {
             n.notify_one();
@@ -172,9 +180,14 @@ impl Monitor {
         !self.cfg.interval.is_zero()
     }
 
-    /// Ticks (debounced) when some backend's advertisability flips.
+    /// Ticks, without delay, when some backend's advertisability flips.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.notifier.subscribe()
+        self.flips.subscribe()
+    }
+
+    /// Rises with every advertisability flip: a scope built at an older version may be stale.
+    pub fn version(&self) -> u64 {
+        *self.flips.borrow()
     }
 
     /// Whether `backend`'s tools are offered now. Unmonitored backends are offered while connected.
@@ -197,28 +210,24 @@ impl Monitor {
 
     /// Applies one probe outcome for `backend` (probes call this; tests and benches may too).
     pub fn record(&self, backend: &str, outcome: Option<Duration>) {
-        let breaker_flipped = self
-            .breaker(backend, |b| {
-                let was = b.is_open();
-                match outcome {
-                    Some(_) => b.on_success(),
-                    None => b.on_failure(Instant::now()),
-                }
-                was != b.is_open()
-            })
-            .unwrap_or(false);
-        let status_flipped = {
-            let mut map = self.trackers.lock().expect("health lock");
-            let t = map.entry(backend.to_string()).or_insert_with(|| Tracker::new(Instant::now()));
-            let before = t.status.advertisable();
-            let changed = t.observe(outcome, &self.cfg, Instant::now());
-            if changed {
-                tracing::info!(backend, status = ?t.status, "backend health changed");
+        self.breaker(backend, |b| {
+            let was = b.is_open();
+            match outcome {
+                Some(_) => b.on_success(),
+                None => b.on_failure(Instant::now()),
             }
-            before != t.status.advertisable()
-        };
-        if breaker_flipped || status_flipped {
-            self.notifier.trigger();
+            if was != b.is_open() {
+                self.flipped();
+            }
+        });
+        let mut map = self.trackers.lock().expect("health lock");
+        let t = map.entry(backend.to_string()).or_insert_with(|| Tracker::new(Instant::now()));
+        let before = t.status.advertisable();
+        if t.observe(outcome, &self.cfg, Instant::now()) {
+            tracing::info!(backend, status = ?t.status, "backend health changed");
+        }
+        if before != t.status.advertisable() {
+            self.flipped();
         }
     }
 
@@ -242,9 +251,17 @@ impl Monitor {
         }
         let mut connected = backend.is_connected();
         let probe_now = self.probe_now.get(backend.name()).cloned().unwrap_or_default();
+        // A first connection that initialized and listed everything is a successful round trip:
+        // it stands for the first probe, and the next one comes an interval later.
+        let mut probed = connected;
+        if connected {
+            self.record(backend.name(), Some(Duration::ZERO));
+        }
         loop {
             // An open breaker lets no probe through until its timeout; then exactly one.
-            if self.breaker(backend.name(), |b| b.allow_probe(Instant::now())).unwrap_or(true) {
+            if !std::mem::take(&mut probed)
+                && self.breaker(backend.name(), |b| b.allow_probe(Instant::now())).unwrap_or(true)
+            {
                 let outcome = backend.probe(self.cfg.timeout).await.ok();
                 self.record(backend.name(), outcome);
             }

@@ -1,6 +1,12 @@
 //! The gateway's shared state: store, backends, health, and every live session's handle. It
 //! computes scopes (the one [`crate::session::scope`] function, for sessions and stateless
 //! callers alike) and fans a scope change out to every session through per-session workers.
+//!
+//! Scopes follow changes at once; only what clients are told is debounced. Every snapshot
+//! carries the generation and health version it was built at, and a request that finds its
+//! session's snapshot older than either rebuilds it before use (microseconds), so no answer is
+//! computed over a scope the gateway already knows to be wrong. The workers swap eagerly too,
+//! and in passthrough mode send `tools/list_changed` on the debounced notice ticks.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::catalog::Aggregation;
 use crate::config::Mode;
 use crate::health::Monitor;
+use crate::health::notifier::Notifier;
 use crate::mcp::relay::Hub;
 use crate::session::{Caller, Policy, SessionHandle, Snapshot, scope};
 use crate::store::Store;
@@ -38,6 +45,8 @@ pub struct Parts {
     pub policy: Arc<dyn Policy>,
     /// Carries backend-initiated traffic to the right client; also given to the backends.
     pub relay: Arc<Hub>,
+    /// How long passthrough `tools/list_changed` notices are debounced once ready.
+    pub notice_window: std::time::Duration,
     pub ct: CancellationToken,
 }
 
@@ -55,8 +64,10 @@ pub struct Gateway {
     sessions: Mutex<Vec<Weak<SessionHandle>>>,
     /// Bumped when the generation or any backend's advertisability changes.
     epoch: watch::Sender<u64>,
-    /// Stateless callers' scopes, valid for the epoch they were built in.
-    stateless: Mutex<HashMap<Caller, (u64, Arc<Snapshot>)>>,
+    /// Debounced ticks after scope changes: when passthrough clients are told.
+    notices: Notifier,
+    /// Stateless callers' scopes, used while current.
+    stateless: Mutex<HashMap<Caller, Arc<Snapshot>>>,
     ready: AtomicBool,
     pub counters: Counters,
     ct: CancellationToken,
@@ -77,6 +88,7 @@ impl Gateway {
             relay: p.relay,
             sessions: Mutex::new(Vec::new()),
             epoch,
+            notices: Notifier::new(p.notice_window),
             stateless: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
             counters: Counters::default(),
@@ -91,20 +103,42 @@ impl Gateway {
 
     /// The scope `caller` has now.
     pub fn scope_for(&self, caller: &Caller) -> Snapshot {
-        scope(self.store.current(), &|b| self.advertisable(b), self.policy.as_ref(), caller)
+        // Versions first: a change while the scope is built leaves it looking stale, never current.
+        let health_version = self.health.version();
+        let generation = self.store.current();
+        let mut snap = scope(generation, &|b| self.advertisable(b), self.policy.as_ref(), caller);
+        snap.health_version = health_version;
+        snap
+    }
+
+    /// Whether `snap` was built over the current generation and health.
+    pub fn is_current(&self, snap: &Snapshot) -> bool {
+        snap.health_version == self.health.version() && snap.generation.id == self.store.current().id
+    }
+
+    /// The session's snapshot for one request, rebuilt first if the gateway has moved on.
+    pub fn session_snapshot(&self, session: &SessionHandle) -> Arc<Snapshot> {
+        let snap = session.snapshot();
+        if self.is_current(&snap) {
+            return snap;
+        }
+        let next = Arc::new(self.scope_for(&session.caller));
+        session.swap(next.clone());
+        next
     }
 
     /// Registers a session and starts its resync worker.
     pub fn open_session(self: &Arc<Self>, caller: Caller) -> Arc<SessionHandle> {
         // Subscribe first: a change while the first snapshot is built still reaches the worker.
         let rx = self.epoch.subscribe();
+        let notices = self.notices.subscribe();
         let handle = SessionHandle::new(caller.clone(), self.scope_for(&caller));
         {
             let mut sessions = self.sessions.lock().expect("sessions lock");
             sessions.retain(|w| w.strong_count() > 0);
             sessions.push(Arc::downgrade(&handle));
         }
-        tokio::spawn(resync_worker(Arc::downgrade(self), Arc::downgrade(&handle), rx, self.ct.clone()));
+        tokio::spawn(resync_worker(Arc::downgrade(self), Arc::downgrade(&handle), rx, notices, self.ct.clone()));
         handle
     }
 
@@ -113,23 +147,24 @@ impl Gateway {
         self.sessions.lock().expect("sessions lock").iter().filter(|w| w.strong_count() > 0).count()
     }
 
-    /// The scope of a caller with no session (protocol 2026-07-28), cached per epoch.
+    /// The scope of a caller with no session (protocol 2026-07-28), cached while current.
     pub fn stateless_snapshot(&self, caller: &Caller) -> Arc<Snapshot> {
-        let epoch = *self.epoch.borrow();
         let mut cache = self.stateless.lock().expect("stateless lock");
-        if let Some((e, s)) = cache.get(caller)
-            && *e == epoch
+        if let Some(s) = cache.get(caller)
+            && self.is_current(s)
         {
             return s.clone();
         }
         let s = Arc::new(self.scope_for(caller));
-        cache.insert(caller.clone(), (epoch, s.clone()));
+        cache.insert(caller.clone(), s.clone());
         s
     }
 
-    /// Tells every session its scope may have changed.
+    /// Tells every session its scope may have changed: each swaps at once, and passthrough
+    /// clients are told on the next (debounced) notice.
     pub fn scopes_changed(&self) {
         self.epoch.send_modify(|e| *e += 1);
+        self.notices.trigger();
     }
 
     /// Ticks when scopes may have changed.
@@ -137,12 +172,25 @@ impl Gateway {
         self.epoch.subscribe()
     }
 
+    /// Ticks, debounced, when clients should be told their tools may have changed.
+    pub fn subscribe_notices(&self) -> watch::Receiver<u64> {
+        self.notices.subscribe()
+    }
+
+    /// Runs the notice debounce until `ct` is cancelled (the app spawns this).
+    pub async fn run_notices(self: Arc<Self>, ct: CancellationToken) {
+        self.notices.run(ct).await;
+    }
+
     pub fn epoch(&self) -> u64 {
         *self.epoch.borrow()
     }
 
+    /// Marks the gateway ready. From now on notices are debounced; the first one after this
+    /// still goes out at once.
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
+        self.notices.arm();
     }
 
     pub fn is_ready(&self) -> bool {
@@ -150,27 +198,37 @@ impl Gateway {
     }
 }
 
-/// One per session: rebuilds and swaps its snapshot on every epoch change. `watch` coalesces:
-/// one run at a time, and changes during a run produce exactly one more.
+/// One per session: swaps in a fresh snapshot on every scope change (`watch` coalesces: one
+/// run at a time, and changes during a run make exactly one more), and in passthrough mode
+/// tells the client on each notice tick when its tools differ from what it was last told.
 async fn resync_worker(
     gw: Weak<Gateway>,
     session: Weak<SessionHandle>,
-    mut rx: watch::Receiver<u64>,
+    mut scopes: watch::Receiver<u64>,
+    mut notices: watch::Receiver<u64>,
     ct: CancellationToken,
 ) {
+    // What the client was last told it has: its first snapshot, then each one notified.
+    let mut told = match session.upgrade() {
+        Some(s) => s.snapshot(),
+        None => return,
+    };
     loop {
-        tokio::select! {
+        let notice = tokio::select! {
             _ = ct.cancelled() => return,
-            r = rx.changed() => if r.is_err() { return },
-        }
+            r = scopes.changed() => if r.is_err() { return } else { false },
+            r = notices.changed() => if r.is_err() { return } else { true },
+        };
         let (Some(gw), Some(session)) = (gw.upgrade(), session.upgrade()) else { return };
+        scopes.mark_unchanged();
         let next = Arc::new(gw.scope_for(&session.caller));
-        let prev = session.swap(next.clone());
+        session.swap(next.clone());
         gw.counters.resyncs.fetch_add(1, Ordering::Relaxed);
-        if gw.mode == Mode::Passthrough
-            && !prev.same_tools(&next)
-            && let Some(peer) = session.peer()
-        {
+        if !notice || gw.mode != Mode::Passthrough || told.same_tools(&next) {
+            continue;
+        }
+        told = next;
+        if let Some(peer) = session.peer() {
             if peer.notify_tool_list_changed().await.is_ok() {
                 gw.counters.list_changed_sent.fetch_add(1, Ordering::Relaxed);
             } else if peer.is_transport_closed() {

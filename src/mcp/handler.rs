@@ -14,10 +14,11 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams, GetPromptResponse, Implementation,
-    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, Prompt, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::model::{
     CompleteRequestParams, CompleteResult, CompletionInfo, Reference, SetLevelRequestParams, SubscribeRequestParams,
@@ -52,7 +53,7 @@ impl GatewayHandler {
 
     fn snapshot(&self, ctx: &RequestContext<RoleServer>) -> Arc<Snapshot> {
         match self.session.get() {
-            Some(s) => s.snapshot(),
+            Some(s) => self.gw.session_snapshot(s),
             None => self.gw.stateless_snapshot(&caller_of(ctx)),
         }
     }
@@ -261,7 +262,7 @@ impl ServerHandler for GatewayHandler {
                 )),
             },
         };
-        Ok(result.into())
+        Ok(result.completed().into())
     }
 
     /// Forwarded to every advertised backend: the client asked for this level of detail.
@@ -299,7 +300,7 @@ impl ServerHandler for GatewayHandler {
         let Some(backend) = owner else {
             return Ok(CompleteResult::new(CompletionInfo::default()));
         };
-        backend.complete(request, &context.ct).await.map_err(wire_error)
+        backend.complete(request, &context.ct).await.map(Completed::completed).map_err(wire_error)
     }
 
     async fn subscribe(
@@ -398,7 +399,7 @@ impl ServerHandler for GatewayHandler {
             return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
         };
         match backend.read_resource(request, &context.ct).await {
-            Ok(r) => Ok(r.into()),
+            Ok(r) => Ok(r.completed().into()),
             Err(e) => Err(wire_error(e)),
         }
     }
@@ -421,7 +422,7 @@ impl ServerHandler for GatewayHandler {
         };
         request.name = original;
         match backend.get_prompt(request, &context.ct).await {
-            Ok(r) => Ok(r.into()),
+            Ok(r) => Ok(r.completed().into()),
             Err(e) => Err(wire_error(e)),
         }
     }
@@ -483,6 +484,26 @@ pub fn template_matches(template: &str, uri: &str) -> bool {
     }
     rest.is_empty()
 }
+
+/// A relayed result marked `resultType: "complete"`, which the 2026-07-28 schema requires of
+/// every result. A backend on an older revision sends none; rmcp strips the mark again for
+/// clients that negotiated an older revision, so it is safe to set for everyone.
+trait Completed {
+    fn completed(self) -> Self;
+}
+
+macro_rules! completed {
+    ($($t:ty),*) => {$(
+        impl Completed for $t {
+            fn completed(mut self) -> Self {
+                self.result_type.get_or_insert(ResultType::COMPLETE);
+                self
+            }
+        }
+    )*};
+}
+
+completed!(CallToolResult, ReadResourceResult, GetPromptResult, CompleteResult);
 
 /// A failed forwarded tool call, as the client sees it.
 fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {

@@ -59,12 +59,15 @@ pub struct Snapshot {
     pub allow: AllowList,
     /// Token weight of every allowed tool: find_tool's baseline.
     pub baseline_tokens: u64,
+    /// The health version this scope was built at (`Monitor::version`): with the generation's
+    /// id, it tells whether the snapshot is still current.
+    pub health_version: u64,
 }
 
 impl Snapshot {
     pub fn empty() -> Self {
         let generation = Arc::new(Generation::empty());
-        Self { generation, allow: AllowList::none(0), baseline_tokens: 0 }
+        Self { generation, allow: AllowList::none(0), baseline_tokens: 0, health_version: 0 }
     }
 
     /// The allowed tool exposed under `name`, if any.
@@ -119,7 +122,7 @@ pub fn scope(
             }
         }
     }
-    Snapshot { generation, allow, baseline_tokens }
+    Snapshot { generation, allow, baseline_tokens, health_version: 0 }
 }
 
 /// One session's stable state: its current snapshot and the peer to notify.
@@ -127,7 +130,8 @@ pub struct SessionHandle {
     /// Unique in this process: tells one session's calls from another's.
     pub id: u64,
     pub caller: Caller,
-    /// Swapped only by the session's resync worker (and once at creation).
+    /// Swapped by the session's resync worker, and by a request that finds it stale
+    /// ([`crate::mcp::Gateway`] decides both; the newest scope wins either way).
     scope: ArcSwap<Snapshot>,
     /// The client, for notifications; set at initialize.
     peer: OnceLock<Peer<RoleServer>>,

@@ -326,3 +326,43 @@ async fn a_clients_cancellation_reaches_the_backend() {
     c.cancel().await.unwrap();
     app.shutdown().await;
 }
+
+/// The 2026-07-28 schema requires `resultType` on every result; a backend speaking 2025-11-25
+/// sends none, so the gateway must add it to what it relays (and rmcp drops it again for older
+/// clients).
+#[tokio::test]
+async fn relayed_results_carry_result_type_for_2026_07_28_clients() {
+    use rmcp::model::{ProtocolVersion, ResultType};
+    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    let github = http_backend("github").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}",
+        http_backend_toml("github", &github.url)
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let modern = Recorder::default()
+        .serve_with_lifecycle(
+            rmcp::transport::StreamableHttpClientTransport::from_uri(url),
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
+        .await
+        .expect("stateless client connects");
+    let complete = Some(ResultType::COMPLETE);
+    let r = call(&modern, "github_list_issues", json!({"owner": "o", "repo": "r"})).await;
+    assert_eq!(r.result_type, complete, "tools/call");
+    let r = modern.read_resource(ReadResourceRequestParams::new("demo://github/about")).await.unwrap();
+    assert_eq!(r.result_type, complete, "resources/read");
+    let mut p = GetPromptRequestParams::new("github_summarize");
+    p.arguments = Some(json!({"topic": "t"}).as_object().unwrap().clone());
+    let r = modern.get_prompt(p).await.unwrap();
+    assert_eq!(r.result_type, complete, "prompts/get");
+    modern.cancel().await.unwrap();
+
+    // A 2025-11-25 session gets the same results without the field.
+    let (legacy, _) = client(&app).await;
+    let r = call(&legacy, "github_list_issues", json!({"owner": "o", "repo": "r"})).await;
+    assert_eq!(r.result_type, None, "no resultType for an older revision");
+    legacy.cancel().await.unwrap();
+    app.shutdown().await;
+}

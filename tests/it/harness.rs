@@ -51,12 +51,14 @@ pub struct ChildBackend {
 
 impl ChildBackend {
     pub async fn start(name: &str) -> Self {
-        Self::start_at(name, "127.0.0.1:0").await
+        Self::start_with(name, &[]).await
     }
 
-    pub async fn start_at(name: &str, listen: &str) -> Self {
+    /// Starts it with more arguments for `toolmux backend`, e.g. `--list-delay-ms 800`.
+    pub async fn start_with(name: &str, extra: &[&str]) -> Self {
         let mut child = tokio::process::Command::new(BIN)
-            .args(["backend", name, "--listen", listen])
+            .args(["backend", name, "--listen", "127.0.0.1:0"])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)

@@ -180,7 +180,8 @@ async fn flapping_causes_a_bounded_number_of_resyncs() {
         pair(&format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}"), EmbedderChoice::None)
             .await;
     let (c, _) = client(&app).await;
-    let before = app.gateway.counters.resyncs.load(Ordering::Relaxed);
+    let told = || app.gateway.counters.list_changed_sent.load(Ordering::Relaxed);
+    let before = told();
     let flap = Duration::from_secs(20);
     let start = std::time::Instant::now();
     let mut calls = 0;
@@ -193,9 +194,10 @@ async fn flapping_causes_a_bounded_number_of_resyncs() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         calls += 1;
     }
-    let resyncs = app.gateway.counters.resyncs.load(Ordering::Relaxed) - before;
-    // The notifier delivers at most a leading and a trailing change per interval (1 s).
-    assert!(resyncs <= 2 * flap.as_secs() + 4, "{resyncs} resyncs in {flap:?} of flapping ({calls} cycles)");
+    let notices = told() - before;
+    // Scopes follow every flip at once, but the client is told at most a leading and a trailing
+    // change per interval (1 s).
+    assert!(notices <= 2 * flap.as_secs() + 4, "{notices} list_changed in {flap:?} of flapping ({calls} cycles)");
     assert!(
         eventually(Duration::from_secs(15), || async {
             c.list_all_tools().await.unwrap().iter().any(|t| t.name == "unstable_echo")
@@ -203,7 +205,7 @@ async fn flapping_causes_a_bounded_number_of_resyncs() {
         .await,
         "ends up, as the backend is"
     );
-    eprintln!("flapping: {calls} cycles, {resyncs} resyncs");
+    eprintln!("flapping: {calls} cycles, {notices} list_changed notices");
     c.cancel().await.unwrap();
     unstable.kill().await;
     app.shutdown().await;
@@ -229,7 +231,10 @@ async fn a_backends_own_list_changed_reaches_the_same_session() {
         .await,
         "the new tool is listed"
     );
-    assert!(rec.tools_changed.load(Ordering::SeqCst) >= 1, "and announced");
+    assert!(
+        eventually(Duration::from_secs(5), || async { rec.tools_changed.load(Ordering::SeqCst) >= 1 }).await,
+        "and announced"
+    );
     let r = call(&c, "kit_fresh", json!({"input": "new"})).await;
     assert_ne!(r.is_error, Some(true), "{}", text(&r));
     c.cancel().await.unwrap();
@@ -259,5 +264,97 @@ async fn stateless_passthrough_listeners_get_list_changed() {
     assert!(!tools.iter().any(|t| t.name == "unstable_echo"), "the next request sees the new scope");
     drop(sub);
     c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+/// A backend that connects last, with a slow `tools/list` (what a probe used to wait for), is
+/// listed and callable by a session opened the moment `/readyz` turns 200, over HTTP, and by a
+/// stdio client, which always starts inside that moment. Health runs at its default interval.
+#[tokio::test]
+async fn a_slow_backend_is_usable_the_moment_the_gateway_is_ready() {
+    let fast = http_backend("echo").await;
+    let mut slow = ChildBackend::start_with("testkit", &["--list-delay-ms", "800"]).await;
+    let backends = format!("{}{}", http_backend_toml("fast", &fast.url), http_backend_toml("slow", &slow.url()));
+
+    let config = toolmux::config::Config::parse(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{backends}"
+    ))
+    .unwrap();
+    let app = toolmux::app::App::start(
+        config,
+        toolmux::app::Options { embedder: EmbedderChoice::None, ..Default::default() },
+    )
+    .await
+    .unwrap();
+    let ready = format!("http://{}/readyz", app.addr.unwrap());
+    // Poll as a load balancer would; the assertion is on what a session sees right after.
+    while reqwest::get(&ready).await.unwrap().status() != 200 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (c, _) = client(&app).await;
+    let tools = c.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "slow_echo"), "listed at once over HTTP");
+    let r = call(&c, "slow_echo", json!({"input": "at once"})).await;
+    assert_eq!(text(&r), "at once");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolmux.toml");
+    std::fs::write(&path, format!("[server]\nmode = \"passthrough\"\n{backends}")).unwrap();
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["serve", "--stdio", "--config", path.to_str().unwrap()]).stderr(std::process::Stdio::null());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let c = rmcp::ServiceExt::serve(Recorder::default(), transport).await.expect("stdio gateway answers");
+    let tools = c.list_all_tools().await.unwrap();
+    assert!(tools.iter().any(|t| t.name == "slow_echo"), "listed at once over stdio");
+    let r = call(&c, "slow_echo", json!({"input": "stdio"})).await;
+    assert_eq!(text(&r), "stdio");
+    c.cancel().await.unwrap();
+    slow.kill().await;
+}
+
+/// Once health has marked a backend down, no find_tool answer offers its tools, even when the
+/// flip falls inside the debounce window (here: right after start-up, with a 5 s interval), and
+/// no answer ever names a tool both in `tools` and in `unavailable`.
+#[tokio::test]
+async fn no_answer_uses_a_scope_health_has_ruled_out() {
+    let head = "[server]\nlisten = \"127.0.0.1:0\"\n[health]\ninterval = \"5s\"\ntimeout = \"500ms\"\nunhealthy_threshold = 1\n";
+    let Pair { _stable, mut unstable, app } = pair(head, EmbedderChoice::None).await;
+    let s = RawSession::open(&app).await;
+    let killer = RawSession::open(&app).await;
+    assert!(finds_raw(&s, "unstable_echo").await, "offered while up");
+
+    // The backend exits in the middle of a call: a passive signal, then a failed probe.
+    let querying = async {
+        let (mut after_down, mut wrong, mut overlaps, mut named_unavailable) = (0, 0, 0, 0);
+        let mut down_since = None;
+        while down_since.is_none_or(|t: std::time::Instant| t.elapsed() < Duration::from_secs(2)) && after_down < 400 {
+            let marked_down = app.gateway.health.status("unstable") == toolmux::health::Status::Unhealthy;
+            if marked_down && down_since.is_none() {
+                down_since = Some(std::time::Instant::now());
+            }
+            let r = s.call("find_tool", json!({"tool_description": "echo back a message"})).await;
+            let tools = found_raw(&r);
+            let unavailable: Vec<&str> = r["structuredContent"]["unavailable"]
+                .as_array()
+                .map(|u| u.iter().filter_map(|t| t["name"].as_str()).collect())
+                .unwrap_or_default();
+            overlaps += tools.iter().filter(|t| unavailable.contains(&t.as_str())).count();
+            if marked_down {
+                after_down += 1;
+                wrong += tools.iter().filter(|t| t.starts_with("unstable_")).count().min(1);
+                named_unavailable += usize::from(unavailable.contains(&"unstable_echo"));
+            }
+        }
+        (after_down, wrong, overlaps, named_unavailable)
+    };
+    let kill = killer.call("call_tool", json!({"tool_name": "unstable_exit", "parameters": {}}));
+    let ((after_down, wrong, overlaps, named_unavailable), _) = tokio::join!(querying, kill);
+    assert!(after_down >= 10, "answers after the backend was marked down: {after_down}");
+    assert!(named_unavailable > 0, "its tools are named as unavailable");
+    assert_eq!(wrong, 0, "{wrong} of {after_down} answers after it was marked down still offered its tools");
+    assert_eq!(overlaps, 0, "a tool named both in tools and in unavailable");
+    unstable.kill().await;
     app.shutdown().await;
 }
