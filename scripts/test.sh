@@ -8,5 +8,7 @@ models/fetch.sh all-MiniLM-L6-v2
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked
+# The official MCP SDK clients (Python and TypeScript, installed pinned on first use).
+tests/sdk/run.sh
 # The official MCP conformance suite through toolmux (installs Node 22 and the suite from npm).
 tests/conformance/run.sh

@@ -38,14 +38,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
-# Prints the first line a background command writes (its URL), waiting up to 30 s.
-first_line() {
-  for _ in $(seq 300); do
-    [ -s "$1" ] && { head -1 "$1"; return; }
-    sleep 0.1
-  done
-  echo "conformance: $2 did not start; its output:" >&2; cat "$1" "$1.err" >&2 || true; exit 1
-}
+. tests/support.sh
 
 "$target/debug/examples/conformance-backend" 127.0.0.1:0 > "$work/backend.out" 2> "$work/backend.out.err" &
 pids+=($!)
@@ -66,10 +59,7 @@ TOML
 "$target/debug/toolmux" serve --config "$work/toolmux.toml" > "$work/toolmux.out" 2> "$work/toolmux.out.err" &
 pids+=($!)
 gateway_url=$(first_line "$work/toolmux.out" toolmux | grep -o 'http://[^ ]*')
-for _ in $(seq 100); do
-  curl -fsS "${gateway_url%/mcp}/readyz" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+wait_ready "$gateway_url"
 
 echo "conformance: suite $suite_version against $gateway_url (backend $backend_url)"
 set +e

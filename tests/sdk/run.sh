@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The official MCP SDK clients, in their default modes, against toolmux: the Python SDK (PyPI
+# `mcp`) and the TypeScript SDK (npm `@modelcontextprotocol/sdk`), each running one scripted
+# session (tests/sdk/client.py, client.mjs) against the gateway in both modes, over HTTP and over
+# stdio. The Python SDK's legacy mode (the initialize handshake, a session ended by DELETE) runs
+# over HTTP as well. The gateway fronts two demo backends: `github` over HTTP and `kit` (testkit)
+# over stdio.
+#
+# Installs the pinned SDKs into a cache folder on first use (a Python virtual environment, and an
+# npm prefix). Needs python3 with venv, node ≥ 18 and npm.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+python_sdk=2.3.0
+typescript_sdk=1.32.2
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/toolmux/sdk"
+target="${CARGO_TARGET_DIR:-$root/target}"
+. tests/support.sh
+
+venv="$cache/python-mcp-$python_sdk"
+if ! "$venv/bin/python" -c "import mcp" 2>/dev/null; then
+  echo "sdk: installing mcp==$python_sdk into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$python_sdk"
+fi
+npm_prefix="$cache/typescript-sdk-$typescript_sdk"
+if [ ! -f "$npm_prefix/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
+  echo "sdk: installing @modelcontextprotocol/sdk@$typescript_sdk into $npm_prefix"
+  mkdir -p "$npm_prefix"
+  echo '{"private": true, "type": "module"}' > "$npm_prefix/package.json"
+  npm install --prefix "$npm_prefix" --no-audit --no-fund --loglevel=error "@modelcontextprotocol/sdk@$typescript_sdk"
+fi
+# Node resolves the SDK from the script's own folder: run a copy that sits beside node_modules.
+cp tests/sdk/client.mjs "$npm_prefix/client.mjs"
+
+cargo build --locked --bin toolmux
+bin="$target/debug/toolmux"
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+"$bin" backend github --listen 127.0.0.1:0 > "$work/github.out" 2> "$work/github.out.err" &
+pids+=($!)
+github_url=$(first_line "$work/github.out" "the github backend")
+
+passed=0
+failed=0
+run() {
+  local label=$1; shift
+  if "$@" 2> "$work/client.err"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "sdk: $label failed:" >&2
+    tail -30 "$work/client.err" >&2
+  fi
+}
+
+for mode in passthrough optimizer; do
+  config="$work/$mode.toml"
+  cat > "$config" <<TOML
+[server]
+listen = "127.0.0.1:0"
+mode = "$mode"
+
+[[backends]]
+name = "github"
+url = "$github_url"
+
+[[backends]]
+name = "kit"
+command = "$bin"
+args = ["backend", "testkit", "--stdio"]
+TOML
+  "$bin" serve --config "$config" > "$work/gateway.out" 2> "$work/gateway.out.err" &
+  gateway=$!
+  pids+=($gateway)
+  url=$(first_line "$work/gateway.out" "toolmux ($mode)" | grep -o 'http://[^ ]*')
+  wait_ready "$url"
+
+  run "python-sdk $mode http" "$venv/bin/python" tests/sdk/client.py "$mode" "$url"
+  run "python-sdk (legacy) $mode http" "$venv/bin/python" tests/sdk/client.py "$mode" "$url" --legacy
+  run "typescript-sdk $mode http" node "$npm_prefix/client.mjs" "$mode" "$url"
+  run "python-sdk $mode stdio" "$venv/bin/python" tests/sdk/client.py "$mode" --stdio "$bin" serve --stdio --config "$config"
+  run "typescript-sdk $mode stdio" node "$npm_prefix/client.mjs" "$mode" --stdio "$bin" serve --stdio --config "$config"
+
+  kill "$gateway"
+  wait "$gateway" 2>/dev/null || true
+  : > "$work/gateway.out"
+done
+
+echo "sdk: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
