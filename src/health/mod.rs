@@ -222,9 +222,14 @@ impl Monitor {
         });
         let mut map = self.trackers.lock().expect("health lock");
         let t = map.entry(backend.to_string()).or_insert_with(|| Tracker::new(Instant::now()));
-        let before = t.status.advertisable();
+        let (before, was) = (t.status.advertisable(), t.status);
         if t.observe(outcome, &self.cfg, Instant::now()) {
-            tracing::info!(backend, status = ?t.status, "backend health changed");
+            // A first verdict is routine (every backend gets one at start-up); a change is news.
+            if was == Status::Unknown {
+                tracing::debug!(backend, status = ?t.status, "backend health known");
+            } else {
+                tracing::info!(backend, status = ?t.status, "backend health changed");
+            }
         }
         if before != t.status.advertisable() {
             self.flipped();

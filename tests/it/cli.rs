@@ -37,8 +37,9 @@ async fn demo_serves_the_built_in_backends_in_optimizer_mode() {
     let mut child = tokio::process::Command::new(BIN)
         .args(["demo", "--listen", "127.0.0.1:0"])
         .env("XDG_CACHE_HOME", cache.path())
+        .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(cache.path().join("stderr.log")).unwrap())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
@@ -70,4 +71,12 @@ async fn demo_serves_the_built_in_backends_in_optimizer_mode() {
     assert_ne!(r.is_error, Some(true), "{}", text(&r));
     c.cancel().await.unwrap();
     child.kill().await.unwrap();
+
+    // Logs a person can read: toolmux's own events, no dependency chatter, no colour codes in a file.
+    let log = std::fs::read_to_string(cache.path().join("stderr.log")).unwrap();
+    assert!(!log.contains('\u{1b}'), "ANSI escapes in a log file:\n{log}");
+    assert!(!log.lines().any(|l| l.contains(" INFO rmcp")), "dependencies log at info:\n{log}");
+    let n = log.lines().count();
+    assert!(n <= 25, "{n} log lines for a demo start:\n{log}");
+    assert!(log.contains("ready"), "toolmux's own events are logged:\n{log}");
 }
