@@ -25,6 +25,7 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize) -> Arc<Gateway> {
             name: format!("b{i}"),
             transport: Transport::Http { url: "http://127.0.0.1:9/mcp".into(), headers: Default::default() },
             timeout: Duration::from_secs(1),
+            protocol: Default::default(),
         })
         .collect();
     let upstream = Arc::new(Upstream::new(&configs, Arc::new(NoRelay)));

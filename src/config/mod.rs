@@ -50,6 +50,21 @@ pub struct BackendConfig {
     pub transport: Transport,
     /// Deadline for one forwarded call.
     pub timeout: Duration,
+    /// Which protocol revision toolmux speaks to it.
+    pub protocol: Protocol,
+}
+
+/// The protocol revision toolmux speaks to a backend (`backends[].protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// `2025-11-25`: the initialize handshake and a session; what every MCP server speaks today.
+    #[default]
+    Session,
+    /// `2026-07-28`: `server/discover` and self-contained requests; input-required results
+    /// instead of server-to-client requests; list changes through `subscriptions/listen`.
+    Stateless,
+    /// `auto`: 2026-07-28 if the backend offers it, else 2025-11-25.
+    Auto,
 }
 
 #[derive(Debug, Clone)]
@@ -255,6 +270,18 @@ impl Validator<'_> {
             if timeout.is_zero() {
                 self.problem(key("timeout"), "must be more than zero");
             }
+            let protocol = match b.protocol.as_deref() {
+                None | Some("2025-11-25") => Protocol::Session,
+                Some("2026-07-28") => Protocol::Stateless,
+                Some("auto") => Protocol::Auto,
+                Some(other) => {
+                    self.problem(
+                        key("protocol"),
+                        format!("`{other}` is not one of \"2025-11-25\", \"2026-07-28\", \"auto\""),
+                    );
+                    Protocol::Session
+                }
+            };
             let transport = match (b.url, b.command) {
                 (Some(_), Some(_)) => {
                     self.problem(key("url"), "give either `url` (HTTP) or `command` (stdio), not both");
@@ -314,7 +341,7 @@ impl Validator<'_> {
                     Transport::Stdio { command, args: b.args.unwrap_or_default(), env, cwd: b.cwd.map(PathBuf::from) }
                 }
             };
-            out.push(BackendConfig { name, transport, timeout });
+            out.push(BackendConfig { name, transport, timeout, protocol });
         }
         out
     }

@@ -40,6 +40,7 @@ pub struct Backend {
     pub env: Option<BTreeMap<String, String>>,
     pub cwd: Option<String>,
     pub timeout: Option<String>,
+    pub protocol: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -46,7 +46,7 @@ fn testkit() -> DemoBackend {
         exit | Exit the server process at once, in the middle of the call. | \n\
         add_tool | Add a tool to this server at run time and announce the change. | name*: The new tool's name\n\
         cancelled_calls | How many calls were cancelled by the client before they finished. | \n\
-        ask | Wait, then ask the calling client's model a question (sampling) and return its answer. | prompt*: The question; delay_ms:integer: How long to wait before asking\n";
+        ask | Wait, then ask the calling client's model a question (sampling) and return its answer: with a request to the client (2025-11-25) or an input-required result (2026-07-28). | prompt*: The question; delay_ms:integer: How long to wait before asking; rounds:integer: How many times to ask (default 1); answers joined by ` | `\n";
     parse(text).expect("testkit parses").remove(0)
 }
 

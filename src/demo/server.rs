@@ -127,7 +127,20 @@ impl ServerHandler for DemoServer {
             "ask" => {
                 let ms = arg("delay_ms").as_u64().unwrap_or(0);
                 tokio::time::sleep(Duration::from_millis(ms)).await;
-                ask_client(&context.peer, arg("prompt").as_str().unwrap_or_default()).await
+                let prompt = arg("prompt").as_str().unwrap_or_default().to_string();
+                let rounds = arg("rounds").as_u64().unwrap_or(1).max(1) as usize;
+                let stateless = context.protocol_version().is_some_and(|v| !v.has_initialize());
+                if stateless {
+                    return Ok(ask_in_rounds(&prompt, rounds, request.input_responses, request.request_state));
+                }
+                let mut answers = Vec::new();
+                for _ in 0..rounds {
+                    match ask_client(&context.peer, &prompt).await {
+                        Ok(a) => answers.push(a),
+                        Err(e) => return Ok(CallToolResult::error(vec![ContentBlock::text(e)]).into()),
+                    }
+                }
+                text(answers.join(" | "))
             }
             "cancelled_calls" => text(self.shared.cancelled.load(std::sync::atomic::Ordering::SeqCst).to_string()),
             "exit" => std::process::exit(3),
@@ -210,18 +223,48 @@ impl ServerHandler for DemoServer {
     }
 }
 
-/// Asks the client's model `question` (sampling) and returns its text answer as the result.
-#[expect(deprecated, reason = "sampling is what 2025-11-25 clients answer")]
-async fn ask_client(peer: &Peer<RoleServer>, question: &str) -> CallToolResult {
+#[expect(deprecated, reason = "sampling is what the gateway relays between revisions")]
+fn sampling(question: &str) -> rmcp::model::CreateMessageRequestParams {
     use rmcp::model::{CreateMessageRequestParams, SamplingMessage};
-    let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(question)], 64);
-    match peer.create_message(params).await {
-        Ok(r) => {
-            let answer = r.message.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
-            text(answer.unwrap_or_default())
-        }
-        Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("sampling failed: {e}"))]),
+    CreateMessageRequestParams::new(vec![SamplingMessage::user_text(question)], 64)
+}
+
+/// Asks the client's model `question` with a sampling request (2025-11-25) and returns its text.
+#[expect(deprecated, reason = "sampling is what 2025-11-25 clients answer")]
+async fn ask_client(peer: &Peer<RoleServer>, question: &str) -> Result<String, String> {
+    match peer.create_message(sampling(question)).await {
+        Ok(r) => Ok(r.message.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default()),
+        Err(e) => Err(format!("sampling failed: {e}")),
     }
+}
+
+/// The same on 2026-07-28: each round answers input-required with one sampling request (key
+/// `answer`) and the answers so far in `requestState`; the last round returns them all.
+#[expect(deprecated, reason = "sampling is what the gateway relays between revisions")]
+fn ask_in_rounds(
+    question: &str,
+    rounds: usize,
+    responses: Option<rmcp::model::InputResponses>,
+    state: Option<String>,
+) -> CallToolResponse {
+    use rmcp::model::{CreateMessageRequest, CreateMessageResult, InputRequest, InputRequests, InputRequiredResult};
+    let mut answers: Vec<String> = state.and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
+    if let Some(v) = responses.and_then(|mut r| r.remove("answer")) {
+        match serde_json::from_value::<CreateMessageResult>(v) {
+            Ok(r) => answers
+                .push(r.message.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default()),
+            Err(e) => {
+                return CallToolResult::error(vec![ContentBlock::text(format!("not a sampling answer: {e}"))]).into();
+            }
+        }
+    }
+    if answers.len() >= rounds {
+        return text(answers.join(" | ")).into();
+    }
+    let mut requests = InputRequests::new();
+    requests.insert("answer".into(), InputRequest::CreateMessage(CreateMessageRequest::new(sampling(question))));
+    let state = serde_json::to_string(&answers).unwrap_or_default();
+    InputRequiredResult::new(Some(requests), Some(state)).into()
 }
 
 /// Required arguments present, and of the declared JSON type.

@@ -20,6 +20,7 @@ use crate::config::Mode;
 use crate::health::Monitor;
 use crate::health::notifier::Notifier;
 use crate::mcp::relay::Hub;
+use crate::mcp::rounds::Parked;
 use crate::session::{Caller, Policy, SessionHandle, Snapshot, scope};
 use crate::store::Store;
 use crate::upstream::Upstream;
@@ -60,6 +61,8 @@ pub struct Gateway {
     pub health: Arc<Monitor>,
     policy: Arc<dyn Policy>,
     pub relay: Arc<Hub>,
+    /// Calls waiting for a session-less client's input (`rounds`).
+    pub parked: Arc<Parked>,
     /// Live sessions (pruned as they go). Written by [`Gateway::open_session`].
     sessions: Mutex<Vec<Weak<SessionHandle>>>,
     /// Bumped when the generation or any backend's advertisability changes.
@@ -86,6 +89,7 @@ impl Gateway {
             health: p.health,
             policy: p.policy,
             relay: p.relay,
+            parked: Arc::default(),
             sessions: Mutex::new(Vec::new()),
             epoch,
             notices: Notifier::new(p.notice_window),
@@ -184,6 +188,11 @@ impl Gateway {
 
     pub fn epoch(&self) -> u64 {
         *self.epoch.borrow()
+    }
+
+    /// A token for one forwarded call: cancelled with the gateway, or alone.
+    pub fn call_token(&self) -> CancellationToken {
+        self.ct.child_token()
     }
 
     /// Marks the gateway ready. From now on notices are debounced; the first one after this

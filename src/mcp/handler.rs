@@ -24,18 +24,21 @@ use rmcp::model::{
     CompleteRequestParams, CompleteResult, CompletionInfo, Reference, SetLevelRequestParams, SubscribeRequestParams,
     SubscriptionFilter, UnsubscribeRequestParams,
 };
+use rmcp::model::{InputRequests, InputRequiredResult, InputResponses};
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use sha2::{Digest, Sha256};
 
 use super::gateway::Gateway;
 use super::meta::{self, CALL_TOOL, FIND_TOOL, TokenMetrics, Unavailable};
+use super::relay::{Ask, Relayed};
+use super::rounds::{self, Parked, PendingCall};
 use crate::catalog::ConflictResolution;
 use crate::config::Mode;
 use crate::index::{AllowList, Slot};
 use crate::session::{Caller, SessionHandle, Snapshot};
 use crate::store::{Query, Ranker};
-use crate::upstream::{Backend, CallError};
+use crate::upstream::{Answer, Backend, CallError};
 
 /// Scheduler turns given to trailing backend notifications after a call's result arrives.
 const RELAY_SETTLE_YIELDS: usize = 4;
@@ -112,70 +115,248 @@ impl GatewayHandler {
             .collect()
     }
 
+    /// Who is asking: the session's caller, or the request's for a client without a session.
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Caller {
+        self.session.get().map_or_else(|| caller_of(ctx), |s| s.caller.clone())
+    }
+
+    /// A tool error in optimizer mode; a JSON-RPC invalid-params error in passthrough mode.
+    fn refuse(&self, message: String) -> Result<CallToolResponse, ErrorData> {
+        match self.gw.mode {
+            Mode::Optimizer => Ok(meta::error_result(message).into()),
+            Mode::Passthrough => Err(ErrorData::invalid_params(message, None)),
+        }
+    }
+
     async fn forward_call(
         &self,
         snap: &Snapshot,
         name: &str,
         mut params: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = self.caller(ctx);
+        let stateless = self.session.get().is_none();
+        // A session-less client's retry of a call parked here, with its answers.
+        if stateless && let Some(state) = params.request_state.as_deref().filter(|s| Parked::is_ours(s)) {
+            let Some(mut call) = self.gw.parked.take(state, &caller) else {
+                return self.refuse(format!(
+                    "requestState `{state}` names no call waiting for input (it expired, was answered, or is another client's); call {name} again without requestState"
+                ));
+            };
+            rounds::answer_asks(&mut call, params.input_responses.take().unwrap_or_default());
+            return self.drive(call, ctx).await;
+        }
         let Some(tool) = snap.tool(name) else {
             return match self.gw.mode {
                 Mode::Optimizer => Ok(meta::error_result(format!(
                     "tool not found: {name}. Use find_tool to search for the tool you need, then call it by the exact name it returns."
-                ))),
+                ))
+                .into()),
                 Mode::Passthrough => Err(ErrorData::invalid_params(format!("tool not found: {name}"), None)),
             };
         };
-        let Some(backend) = self.gw.upstream.get(&tool.key.backend) else {
-            return Ok(meta::error_result(format!("tool not found: {name}")));
+        let Some(backend) = self.gw.upstream.get(&tool.key.backend).cloned() else {
+            return Ok(meta::error_result(format!("tool not found: {name}")).into());
         };
         if let Err(retry) = self.gw.health.call_gate(backend.name()) {
             return Ok(meta::error_result(format!(
                 "backend `{}` is unavailable: its circuit breaker opened after repeated failures; it will be retried in {} s. Use another tool or try again later.",
                 backend.name(),
                 retry.as_secs().max(1)
-            )));
+            ))
+            .into());
         }
         params.name = tool.key.tool.to_string().into();
         // rmcp moves the request's `_meta` into the context, and gives the forwarded request a
-        // progress token of its own; the relay maps that one back to the client's.
-        let (call_guard, mut relayed) = self.gw.relay.begin_call(
+        // progress token of its own; the relay maps that one back to the client's. A client
+        // without a session cannot be sent the backend's requests: they come back here as asks.
+        let (asks_tx, asks) = if stateless {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let (guard, relayed) = self.gw.relay.begin_call(
             backend.name(),
             self.session.get().map(|s| s.id),
             ctx.peer.clone(),
             ctx.id.clone(),
             ctx.meta.get_progress_token(),
+            asks_tx,
         );
-        let call = backend.call_tool(params, &ctx.ct, |id, token| call_guard.sent(id, token));
-        tokio::pin!(call);
+        let mut call = PendingCall {
+            backend,
+            caller,
+            params,
+            call: Box::pin(std::future::pending()),
+            guard: Arc::new(guard),
+            relayed,
+            asks,
+            waiting: Default::default(),
+            ct: self.gw.call_token(),
+            rounds: 0,
+        };
+        call.start();
+        self.drive(call, ctx).await
+    }
+
+    /// Runs a forwarded call to its end for this request: relays its notifications, answers a
+    /// 2026-07-28 backend's input rounds by asking a session client, and parks it (answering
+    /// input-required) when the backend asks a session-less client for input.
+    async fn drive(
+        &self,
+        mut call: PendingCall,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         let outcome = loop {
             tokio::select! {
-                r = &mut call => break r,
-                Some(n) = relayed.recv() => n.send(&ctx.peer).await,
+                _ = ctx.ct.cancelled(), if !call.ct.is_cancelled() => call.ct.cancel(),
+                r = &mut call.call => match r {
+                    Ok(Answer::InputRequired(asked)) if self.session.get().is_some() => {
+                        call.rounds += 1;
+                        if call.rounds > rounds::MAX_ROUNDS {
+                            return Ok(too_many_rounds(call.backend.name()).into());
+                        }
+                        let responses = match asked.input_requests {
+                            Some(requests) => match rounds::fulfil(&ctx.peer, &ctx.id, requests).await {
+                                Ok(r) => r,
+                                Err(e) => return Ok(meta::error_result(format!(
+                                    "backend `{}` needed input from you and it could not be had: {}", call.backend.name(), e.message
+                                )).into()),
+                            },
+                            None => Default::default(),
+                        };
+                        call.params.input_responses = Some(responses);
+                        call.params.request_state = asked.request_state;
+                        call.start();
+                    }
+                    other => break other,
+                },
+                Some(n) = call.relayed.recv() => n.send(&ctx.peer).await,
+                Some(ask) = next_ask(&mut call.asks) => return Ok(self.park(call, ask, ctx).await),
             }
         };
         // rmcp hands notifications to spawned tasks, so the last ones can trail the response by
         // a scheduling step: let them land, and pass them on before the result.
-        for _ in 0..RELAY_SETTLE_YIELDS {
-            tokio::task::yield_now().await;
-            while let Ok(n) = relayed.try_recv() {
-                n.send(&ctx.peer).await;
-            }
-        }
+        settle(&mut call.relayed, &ctx.peer).await;
         match outcome {
-            Ok(r) => Ok(r),
+            Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+            // A 2026-07-28 backend's own round, for a client that speaks it: unchanged.
+            Ok(Answer::InputRequired(r)) => Ok(CallToolResponse::InputRequired(r)),
             Err(e) => {
                 if matches!(
                     e,
                     CallError::ConnectionLost { .. } | CallError::Timeout { .. } | CallError::NotConnected { .. }
                 ) {
-                    self.gw.health.call_failed(backend.name());
+                    self.gw.health.call_failed(call.backend.name());
                 }
-                call_error(self.gw.mode, e)
+                call_error(self.gw.mode, e).map(|r| r.completed().into())
             }
         }
     }
+
+    /// Hands the backend's requests (`first` and any issued with it) to a session-less client as
+    /// an input-required result, and parks the call until the client retries with its answers.
+    async fn park(&self, mut call: PendingCall, first: Ask, ctx: &RequestContext<RoleServer>) -> CallToolResponse {
+        let mut asks = vec![first];
+        // Requests a backend issues together arrive a scheduling step apart: take them all.
+        for _ in 0..RELAY_SETTLE_YIELDS {
+            tokio::task::yield_now().await;
+            while let Some(a) = call.asks.as_mut().and_then(|r| r.try_recv().ok()) {
+                asks.push(a);
+            }
+        }
+        settle(&mut call.relayed, &ctx.peer).await;
+        call.rounds += 1;
+        if call.rounds > rounds::MAX_ROUNDS {
+            for a in asks {
+                let _ = a.reply.send(Err(ErrorData::internal_error("too many rounds of input", None)));
+            }
+            return too_many_rounds(call.backend.name()).into();
+        }
+        let mut requests = InputRequests::new();
+        for (i, ask) in asks.into_iter().enumerate() {
+            let key = format!("input_{}_{}", call.rounds, i + 1);
+            requests.insert(key.clone(), ask.request.clone());
+            call.waiting.insert(key, ask);
+        }
+        let ttl = call.backend.config.timeout;
+        let backend = call.backend.name().to_string();
+        match self.gw.parked.park(call, ttl) {
+            Some(state) => InputRequiredResult::new(Some(requests), Some(state)).into(),
+            None => meta::error_result(format!(
+                "backend `{backend}` needs input from you, but {} calls are already waiting for their clients' answers; try again shortly",
+                rounds::MAX_PARKED
+            ))
+            .into(),
+        }
+    }
+
+    /// Repeats a resource or prompt request with a 2026-07-28 backend's input requests answered
+    /// by a session client, until it completes (or [`rounds::MAX_ROUNDS`]). A session-less
+    /// client gets the backend's input-required result unchanged.
+    async fn with_rounds<T, F, Fut>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        backend: &str,
+        mut answer: Answer<T>,
+        mut retry: F,
+    ) -> Result<Answer<T>, CallError>
+    where
+        F: FnMut(InputResponses, Option<String>) -> Fut,
+        Fut: Future<Output = Result<Answer<T>, CallError>>,
+    {
+        if self.session.get().is_none() {
+            return Ok(answer);
+        }
+        for _ in 0..rounds::MAX_ROUNDS {
+            let Answer::InputRequired(asked) = answer else { return Ok(answer) };
+            let responses = match asked.input_requests {
+                Some(requests) => rounds::fulfil(&ctx.peer, &ctx.id, requests)
+                    .await
+                    .map_err(|error| CallError::Remote { backend: backend.to_string(), error })?,
+                None => Default::default(),
+            };
+            answer = retry(responses, asked.request_state).await?;
+        }
+        match answer {
+            Answer::Complete(_) => Ok(answer),
+            Answer::InputRequired(_) => Err(CallError::Remote {
+                backend: backend.to_string(),
+                error: ErrorData::internal_error(too_many_rounds_text(backend), None),
+            }),
+        }
+    }
+}
+
+/// The next backend request for a session-less client's call (never, for a session's).
+async fn next_ask(asks: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Ask>>) -> Option<Ask> {
+    match asks {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Passes on notifications that trail a call's last message by a scheduling step or two.
+async fn settle(relayed: &mut tokio::sync::mpsc::UnboundedReceiver<Relayed>, peer: &rmcp::service::Peer<RoleServer>) {
+    for _ in 0..RELAY_SETTLE_YIELDS {
+        tokio::task::yield_now().await;
+        while let Ok(n) = relayed.try_recv() {
+            n.send(peer).await;
+        }
+    }
+}
+
+fn too_many_rounds_text(backend: &str) -> String {
+    format!(
+        "backend `{backend}` asked for input more than {} times in one call; the call was stopped",
+        rounds::MAX_ROUNDS
+    )
+}
+
+fn too_many_rounds(backend: &str) -> CallToolResult {
+    meta::error_result(too_many_rounds_text(backend))
 }
 
 /// A stable, non-secret key for the caller: a hash of its credentials, if any.
@@ -246,15 +427,19 @@ impl ServerHandler for GatewayHandler {
         let result = match self.gw.mode {
             Mode::Passthrough => {
                 let name = request.name.to_string();
-                self.forward_call(&snap, &name, request, &context).await?
+                return self.forward_call(&snap, &name, request, &context).await;
             }
             Mode::Optimizer => match request.name.as_ref() {
                 FIND_TOOL => self.find_tool(request.arguments.as_ref(), &snap).await,
                 CALL_TOOL => match meta::parse_call(request.arguments.as_ref()) {
                     Err(msg) => meta::error_result(msg),
                     Ok(args) => {
-                        let inner = CallToolRequestParams::new(args.tool_name.clone()).with_arguments(args.parameters);
-                        self.forward_call(&snap, &args.tool_name, inner, &context).await?
+                        // A retry's answers and state travel on the outer call_tool request.
+                        let mut inner =
+                            CallToolRequestParams::new(args.tool_name.clone()).with_arguments(args.parameters);
+                        inner.input_responses = request.input_responses;
+                        inner.request_state = request.request_state;
+                        return self.forward_call(&snap, &args.tool_name, inner, &context).await;
                     }
                 },
                 other => meta::error_result(format!(
@@ -398,8 +583,24 @@ impl ServerHandler for GatewayHandler {
         let Some(backend) = self.resource_owner(&uri) else {
             return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
         };
-        match backend.read_resource(request, &context.ct).await {
-            Ok(r) => Ok(r.completed().into()),
+        let (params, ct) = (&request.clone(), &context.ct);
+        let b = &backend;
+        let first = b.read_resource(request, ct).await;
+        let answer = match first {
+            Ok(a) => {
+                self.with_rounds(&context, b.name(), a, move |responses, state| {
+                    let mut p = params.clone();
+                    p.input_responses = Some(responses);
+                    p.request_state = state;
+                    b.read_resource(p, ct)
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+            Ok(Answer::InputRequired(r)) => Ok(r.into()),
             Err(e) => Err(wire_error(e)),
         }
     }
@@ -421,8 +622,24 @@ impl ServerHandler for GatewayHandler {
             return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
         };
         request.name = original;
-        match backend.get_prompt(request, &context.ct).await {
-            Ok(r) => Ok(r.completed().into()),
+        let (params, ct) = (&request.clone(), &context.ct);
+        let b = &backend;
+        let first = b.get_prompt(request, ct).await;
+        let answer = match first {
+            Ok(a) => {
+                self.with_rounds(&context, b.name(), a, move |responses, state| {
+                    let mut p = params.clone();
+                    p.input_responses = Some(responses);
+                    p.request_state = state;
+                    b.get_prompt(p, ct)
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+            Ok(Answer::InputRequired(r)) => Ok(r.into()),
             Err(e) => Err(wire_error(e)),
         }
     }

@@ -5,6 +5,7 @@ pub mod gateway;
 pub mod handler;
 pub mod meta;
 pub mod relay;
+pub mod rounds;
 
 pub use gateway::Gateway;
 pub use handler::GatewayHandler;

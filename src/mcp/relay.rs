@@ -15,6 +15,9 @@
 //!   calls from several sessions are running, nothing on the wire says which one it belongs to:
 //!   a request is refused with an error the backend sees, a log line is dropped. Sending one
 //!   client's prompt to another client would be worse than either.
+//! - A client without a session (2026-07-28) cannot be sent a request at all: a backend request
+//!   for such a call is handed to the call itself as an [`Ask`], which answers its client with an
+//!   input-required result and the backend once the client retries (`mcp::rounds`).
 
 #![expect(deprecated, reason = "sampling and logging are relayed as the backends use them")]
 
@@ -27,17 +30,25 @@ use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{
     ClientResult, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest,
-    ElicitRequestParams, ElicitResult, LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam,
-    ProgressToken, RequestId, ResourceUpdatedNotificationParam, ServerRequest,
+    ElicitRequestParams, ElicitResult, InputRequest, LoggingMessageNotificationParam, NumberOrString,
+    ProgressNotificationParam, ProgressToken, RequestId, ResourceUpdatedNotificationParam, ServerRequest,
 };
 use rmcp::service::{OriginatingRequestId, Peer, RoleServer};
-use tokio::sync::mpsc;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::upstream::Relay;
 
 /// How long a backend request naming one of our calls waits for that call to finish registering
 /// (the request can overtake [`CallGuard::sent`] by a scheduling step).
 const REGISTRATION_GRACE: Duration = Duration::from_millis(100);
+
+/// A backend's request for the client's input, handed to the call it belongs to.
+pub struct Ask {
+    pub request: InputRequest,
+    /// The client's answer (a `CreateMessageResult`, `ElicitResult`, … as JSON), or why none.
+    pub reply: oneshot::Sender<Result<Value, ErrorData>>,
+}
 
 struct Call {
     id: u64,
@@ -51,6 +62,8 @@ struct Call {
     /// Notifications for the client, sent by the call's own request task (so that rmcp puts
     /// them on that request's response stream).
     tx: mpsc::UnboundedSender<Relayed>,
+    /// For a client without a session: where backend requests go instead of to the client.
+    asks: Option<mpsc::UnboundedSender<Ask>>,
 }
 
 /// A notification to pass to the client of a call.
@@ -75,6 +88,7 @@ struct Target {
     peer: Peer<RoleServer>,
     client_request: RequestId,
     tx: mpsc::UnboundedSender<Relayed>,
+    asks: Option<mpsc::UnboundedSender<Ask>>,
 }
 
 /// Why backend traffic has nowhere to go.
@@ -155,7 +169,8 @@ impl Hub {
     /// Registers a call to `backend` made by `peer` in `session` (`None` for a stateless
     /// request) with the client's request id `client_request`. The receiver yields the
     /// notifications to send to the client while the call runs; progress goes back under
-    /// `client_token`, once [`CallGuard::sent`] names the token the backend will use.
+    /// `client_token`, once [`CallGuard::sent`] names the token the backend will use. With
+    /// `asks`, backend requests for this call are handed over there instead of sent to `peer`.
     pub fn begin_call(
         self: &Arc<Self>,
         backend: &str,
@@ -163,6 +178,7 @@ impl Hub {
         peer: Peer<RoleServer>,
         client_request: RequestId,
         client_token: Option<ProgressToken>,
+        asks: Option<mpsc::UnboundedSender<Ask>>,
     ) -> (CallGuard, mpsc::UnboundedReceiver<Relayed>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -173,6 +189,7 @@ impl Hub {
             client_request,
             backend_request: None,
             tx: tx.clone(),
+            asks,
         });
         let guard = CallGuard {
             hub: self.clone(),
@@ -190,8 +207,12 @@ impl Hub {
     fn route(&self, backend: &str, origin: Option<&RequestId>) -> Result<Target, Unroutable> {
         let calls = self.calls.lock().expect("relay lock");
         let running = calls.get(backend).map(Vec::as_slice).unwrap_or_default();
-        let target =
-            |c: &Call| Target { peer: c.peer.clone(), client_request: c.client_request.clone(), tx: c.tx.clone() };
+        let target = |c: &Call| Target {
+            peer: c.peer.clone(),
+            client_request: c.client_request.clone(),
+            tx: c.tx.clone(),
+            asks: c.asks.clone(),
+        };
         if let Some(origin) = origin {
             return running
                 .iter()
@@ -267,10 +288,37 @@ fn unroutable(what: &str, backend: &str, why: Unroutable) -> ErrorData {
     ErrorData::internal_error(message, None)
 }
 
-/// Sends `request` to the client of `target`, on the response stream of the client's call.
-async fn ask_client(target: Target, mut request: ServerRequest) -> Result<ClientResult, ErrorData> {
+/// Asks the client of `target` for its input: as a request on the response stream of the
+/// client's call, or, for a client without a session, through the call's [`Ask`] channel.
+async fn ask_client(target: Target, request: InputRequest) -> Result<Value, ErrorData> {
+    if let Some(asks) = target.asks {
+        let (reply, answer) = oneshot::channel();
+        asks.send(Ask { request, reply })
+            .map_err(|_| ErrorData::internal_error("the client's call has ended; nothing to ask", None))?;
+        return answer.await.map_err(|_| ErrorData::internal_error("the client did not answer in time", None))?;
+    }
+    let answer = ask(&target.peer, target.client_request, server_request(request)?).await?;
+    serde_json::to_value(answer).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
+/// The server-to-client request an input request stands for.
+pub fn server_request(request: InputRequest) -> Result<ServerRequest, ErrorData> {
+    match request {
+        InputRequest::CreateMessage(r) => Ok(ServerRequest::CreateMessageRequest(r)),
+        InputRequest::Elicitation(r) => Ok(ServerRequest::ElicitRequest(r)),
+        InputRequest::ListRoots(r) => Ok(ServerRequest::ListRootsRequest(r)),
+        other => Err(ErrorData::invalid_params(format!("an input request the gateway cannot relay: {other:?}"), None)),
+    }
+}
+
+/// Sends `request` to a session client, on the response stream of its request `client_request`.
+pub async fn ask(
+    peer: &Peer<RoleServer>,
+    client_request: RequestId,
+    mut request: ServerRequest,
+) -> Result<ClientResult, ErrorData> {
     use rmcp::model::GetExtensions;
-    let Target { peer, client_request, .. } = target;
+    let peer = peer.clone();
     request.extensions_mut().insert(OriginatingRequestId(client_request));
     // rmcp stamps a request sent from inside a request handler with that request's id; this
     // runs inside the handler of the backend's request, whose id means nothing to the client.
@@ -293,11 +341,9 @@ impl Relay for Hub {
         Box::pin(async move {
             let target =
                 self.route_request(&backend, origin.as_ref()).await.map_err(|why| unroutable(WHAT, &backend, why))?;
-            let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
-            match ask_client(target, request).await? {
-                ClientResult::CreateMessageResult(r) => Ok(*r),
-                other => Err(unexpected_answer(WHAT, &other)),
-            }
+            let request = InputRequest::CreateMessage(CreateMessageRequest::new(params));
+            let answer = ask_client(target, request).await?;
+            serde_json::from_value(answer.clone()).map_err(|_| unexpected_answer(WHAT, &answer))
         })
     }
 
@@ -312,11 +358,9 @@ impl Relay for Hub {
         Box::pin(async move {
             let target =
                 self.route_request(&backend, origin.as_ref()).await.map_err(|why| unroutable(WHAT, &backend, why))?;
-            let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
-            match ask_client(target, request).await? {
-                ClientResult::ElicitResult(r) => Ok(r),
-                other => Err(unexpected_answer(WHAT, &other)),
-            }
+            let request = InputRequest::Elicitation(ElicitRequest::new(params));
+            let answer = ask_client(target, request).await?;
+            serde_json::from_value(answer.clone()).map_err(|_| unexpected_answer(WHAT, &answer))
         })
     }
 
@@ -349,8 +393,8 @@ impl Relay for Hub {
     }
 }
 
-fn unexpected_answer(what: &str, answer: &ClientResult) -> ErrorData {
-    ErrorData::internal_error(format!("the client answered {what} with something else: {answer:?}"), None)
+fn unexpected_answer(what: &str, answer: &Value) -> ErrorData {
+    ErrorData::internal_error(format!("the client answered {what} with something else: {answer}"), None)
 }
 
 fn service_error(e: rmcp::ServiceError) -> ErrorData {

@@ -8,6 +8,13 @@
 //!
 //! Forwarded calls carry the backend's `timeout` and the client's cancellation: dropping the
 //! rmcp request future sends `notifications/cancelled` to the backend.
+//!
+//! A backend speaks 2025-11-25 (initialize, a session) unless `protocol` says 2026-07-28 or
+//! `auto`. On a 2026-07-28 connection list changes arrive through a `subscriptions/listen`
+//! stream the supervisor holds open, and a backend that needs input from the client answers
+//! `tools/call`, `prompts/get` or `resources/read` with an input-required result, which the
+//! forwarding calls return as it is ([`Answer::InputRequired`]): what to do with it depends on
+//! the client, and that is the `mcp` layer's business.
 
 mod client;
 
@@ -19,16 +26,17 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest,
-    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResult, ProgressToken, Prompt,
-    ReadResourceRequestParams, ReadResourceResult, RequestId, Resource, ResourceTemplate, ServerResult,
-    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    InputRequiredResult, ProgressToken, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, RequestId, Resource, ResourceTemplate, ServerNotification, ServerResult,
+    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
-use rmcp::{ErrorData, ServiceExt};
+use rmcp::{ClientServiceExt, ErrorData};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{BackendConfig, Transport};
+use crate::config::{BackendConfig, Protocol, Transport};
 
 pub use client::UpstreamClient;
 
@@ -45,6 +53,15 @@ pub struct Listing {
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
     pub prompts: Vec<Prompt>,
+}
+
+/// What a backend answered a request that may need input from the client.
+#[derive(Debug, Clone)]
+pub enum Answer<T> {
+    Complete(T),
+    /// The backend (2026-07-28) needs the client's answers to these requests; the client's
+    /// retry carries them with the request state.
+    InputRequired(InputRequiredResult),
 }
 
 /// Why a forwarded request did not produce a result.
@@ -172,9 +189,45 @@ impl Backend {
     ) -> bool {
         let peer = service.peer().clone();
         let closed = service.cancellation_token();
+        // 2026-07-28 has no session to push list changes on: hold a subscription open instead.
+        let stateless = peer.peer_info().is_some_and(|i| !i.protocol_version.has_initialize());
+        let mut changes = if stateless {
+            let filter = SubscriptionFilter::builder()
+                .tools_list_changed()
+                .resources_list_changed()
+                .prompts_list_changed()
+                .build();
+            match peer.listen(filter).await {
+                Ok(sub) => Some(sub),
+                Err(err) => {
+                    tracing::warn!(backend = self.name(), %err, "subscriptions/listen refused; list changes will not be seen");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let mut waiting = Box::pin(service.waiting());
         loop {
+            let change = async {
+                match changes.as_mut() {
+                    Some(sub) => sub.next().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                r = change => match r {
+                    Ok(Some(
+                        ServerNotification::ToolListChangedNotification(_)
+                        | ServerNotification::ResourceListChangedNotification(_)
+                        | ServerNotification::PromptListChangedNotification(_),
+                    )) => self.relist.notify_one(),
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => {
+                        tracing::warn!(backend = self.name(), "the backend ended its subscriptions/listen stream");
+                        changes = None;
+                    }
+                },
                 _ = ct.cancelled() => {
                     closed.cancel();
                     let _ = waiting.await;
@@ -220,7 +273,7 @@ impl Backend {
                     }
                 }
                 let cfg = cfg.custom_headers(custom);
-                handler.serve(StreamableHttpClientTransport::from_config(cfg)).await?
+                handler.serve_with_lifecycle(StreamableHttpClientTransport::from_config(cfg), self.lifecycle()).await?
             }
             Transport::Stdio { command, args, env, cwd } => {
                 use rmcp::transport::TokioChildProcess;
@@ -231,11 +284,35 @@ impl Backend {
                 }
                 let transport =
                     TokioChildProcess::new(cmd).map_err(|e| anyhow::anyhow!("cannot start `{command}`: {e}"))?;
-                handler.serve(transport).await?
+                handler.serve_with_lifecycle(transport, self.lifecycle()).await?
             }
         };
         let listing = list_everything(service.peer()).await?;
         Ok((service, listing))
+    }
+
+    fn lifecycle(&self) -> rmcp::ClientLifecycleMode {
+        use rmcp::ClientLifecycleMode as L;
+        match self.config.protocol {
+            Protocol::Session => L::Initialize,
+            Protocol::Stateless => L::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+            Protocol::Auto => L::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+        }
+    }
+
+    /// Whether the live connection speaks a revision without sessions (2026-07-28 or later).
+    pub fn is_stateless(&self) -> bool {
+        self.peer().and_then(|p| p.peer_info()).is_some_and(|i| !i.protocol_version.has_initialize())
+    }
+
+    fn other_kind_of_result(&self) -> CallError {
+        CallError::ConnectionLost {
+            backend: self.name().to_string(),
+            detail: "the backend answered with another kind of result".into(),
+        }
     }
 
     /// Tells the supervisor a call saw the connection fail.
@@ -282,7 +359,7 @@ impl Backend {
         params: CallToolRequestParams,
         ct: &CancellationToken,
         on_sent: impl FnOnce(&RequestId, &ProgressToken),
-    ) -> Result<CallToolResult, CallError> {
+    ) -> Result<Answer<CallToolResult>, CallError> {
         let backend = self.name().to_string();
         let peer = self.peer().ok_or_else(|| CallError::NotConnected { backend: backend.clone() })?;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -301,12 +378,10 @@ impl Backend {
             },
         };
         match outcome {
-            Ok(ServerResult::CallToolResult(r)) => Ok(r),
-            Ok(ServerResult::EmptyResult(_)) => Ok(CallToolResult::success(Vec::new())),
-            Ok(_) => Err(CallError::ConnectionLost {
-                backend,
-                detail: "the backend answered with another kind of result".into(),
-            }),
+            Ok(ServerResult::CallToolResult(r)) => Ok(Answer::Complete(r)),
+            Ok(ServerResult::InputRequiredResult(r)) => Ok(Answer::InputRequired(r)),
+            Ok(ServerResult::EmptyResult(_)) => Ok(Answer::Complete(CallToolResult::success(Vec::new()))),
+            Ok(_) => Err(self.other_kind_of_result()),
             Err(e @ (CallError::Cancelled | CallError::Timeout { .. })) => {
                 let reason = if matches!(e, CallError::Cancelled) {
                     "cancelled by the client"
@@ -324,16 +399,24 @@ impl Backend {
         &self,
         params: ReadResourceRequestParams,
         ct: &CancellationToken,
-    ) -> Result<ReadResourceResult, CallError> {
-        self.forward(ct, |p| async move { p.read_resource(params).await }).await
+    ) -> Result<Answer<ReadResourceResult>, CallError> {
+        match self.forward(ct, |p| async move { p.read_resource_once(params).await }).await? {
+            ReadResourceResponse::Complete(r) => Ok(Answer::Complete(r)),
+            ReadResourceResponse::InputRequired(r) => Ok(Answer::InputRequired(r)),
+            _ => Err(self.other_kind_of_result()),
+        }
     }
 
     pub async fn get_prompt(
         &self,
         params: GetPromptRequestParams,
         ct: &CancellationToken,
-    ) -> Result<GetPromptResult, CallError> {
-        self.forward(ct, |p| async move { p.get_prompt(params).await }).await
+    ) -> Result<Answer<GetPromptResult>, CallError> {
+        match self.forward(ct, |p| async move { p.get_prompt_once(params).await }).await? {
+            GetPromptResponse::Complete(r) => Ok(Answer::Complete(r)),
+            GetPromptResponse::InputRequired(r) => Ok(Answer::InputRequired(r)),
+            _ => Err(self.other_kind_of_result()),
+        }
     }
 
     pub async fn complete(

@@ -11,4 +11,5 @@ mod health;
 mod http;
 mod relay;
 mod repo;
+mod rounds;
 mod search;

@@ -18,7 +18,7 @@ use crate::harness::*;
 
 /// A client that answers sampling and elicitation and records what it is sent.
 #[derive(Clone, Default)]
-struct Answering {
+pub struct Answering {
     progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
     logs: Arc<Mutex<Vec<String>>>,
     updated: Arc<Mutex<Vec<String>>>,

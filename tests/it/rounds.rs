@@ -1,0 +1,188 @@
+//! Input rounds across protocol revisions: the testkit backend's `ask` needs the client's model
+//! mid-call, asking with a sampling request (2025-11-25) or an input-required result
+//! (2026-07-28). Each pair of client and backend revision gets the answers through, with real
+//! rmcp clients and servers (the table is in `mcp::rounds`).
+
+#![allow(deprecated, reason = "sampling is what the rounds carry")]
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CreateMessageResult, InputResponses, ProtocolVersion, SamplingMessage,
+};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
+use serde_json::{Value, json};
+use toolmux::app::{App, EmbedderChoice};
+
+use crate::harness::*;
+use crate::relay::Answering;
+
+type Answerer = RunningService<RoleClient, Answering>;
+
+async fn gateway_with(mode: &str, protocol: &str) -> (App, HttpBackend) {
+    let kit = http_backend("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n[[backends]]\nname = \"kit\"\nurl = \"{}\"\nprotocol = \"{protocol}\"\n",
+        kit.url
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let stateless = app.gateway.upstream.get("kit").unwrap().is_stateless();
+    assert_eq!(stateless, protocol == "2026-07-28", "the backend speaks {protocol}");
+    (app, kit)
+}
+
+/// A 2025-11-25 client: a session, and it answers sampling requests.
+async fn session_client(app: &App) -> Answerer {
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    Answering::default().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(url)).await.unwrap()
+}
+
+/// A 2026-07-28 client: no session; `token` sets its credentials (and so who it is).
+async fn stateless_client(app: &App, token: &str) -> Answerer {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let cfg = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_string());
+    Answering::default()
+        .serve_with_lifecycle(
+            rmcp::transport::StreamableHttpClientTransport::from_config(cfg),
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
+        .await
+        .unwrap()
+}
+
+fn ask(mode: &str, rounds: u64) -> CallToolRequestParams {
+    let args = json!({"prompt": "what now", "rounds": rounds});
+    match mode {
+        "optimizer" => CallToolRequestParams::new("call_tool")
+            .with_arguments(json!({"tool_name": "kit_ask", "parameters": args}).as_object().unwrap().clone()),
+        _ => CallToolRequestParams::new("kit_ask").with_arguments(args.as_object().unwrap().clone()),
+    }
+}
+
+fn result_text(r: &CallToolResponse) -> String {
+    match r {
+        CallToolResponse::Complete(r) => text(r),
+        other => panic!("expected a complete result, got {other:?}"),
+    }
+}
+
+/// The answer the test's model gives, as an input response.
+fn answered(keys: impl IntoIterator<Item = String>) -> InputResponses {
+    let answer = CreateMessageResult::new(SamplingMessage::assistant_text("echo of what now"), "test-model".into());
+    keys.into_iter().map(|k| (k, serde_json::to_value(&answer).unwrap())).collect()
+}
+
+#[tokio::test]
+async fn session_client_and_session_backend() {
+    let (app, _kit) = gateway_with("passthrough", "2025-11-25").await;
+    let c = session_client(&app).await;
+    let r = c.call_tool(ask("passthrough", 2)).await.unwrap();
+    assert_eq!(text(&r), "echo of what now | echo of what now");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+/// The backend answers input-required; the gateway asks its session client and retries.
+#[tokio::test]
+async fn session_client_and_stateless_backend() {
+    let (app, _kit) = gateway_with("passthrough", "2026-07-28").await;
+    let c = session_client(&app).await;
+    let r = c.peer().call_tool_once(ask("passthrough", 2)).await.unwrap();
+    assert_eq!(result_text(&r), "echo of what now | echo of what now", "the client saw requests, not rounds");
+    // The rounds are capped.
+    let r = c.call_tool(ask("passthrough", 11)).await.unwrap();
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("more than 10 times"), "{}", text(&r));
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+/// The backend asks with a request the client cannot be sent: the gateway parks the call and
+/// answers input-required; the retry's answers resume the backend's request.
+async fn stateless_client_and_session_backend_in(mode: &str) {
+    let (app, _kit) = gateway_with(mode, "2025-11-25").await;
+    let c = stateless_client(&app, "alice").await;
+    let mut params = ask(mode, 2);
+    let mut rounds = 0;
+    let mut used_states = Vec::new();
+    let answer = loop {
+        match c.peer().call_tool_once(params.clone()).await.unwrap() {
+            CallToolResponse::InputRequired(r) => {
+                rounds += 1;
+                let requests = r.input_requests.expect("the backend's question");
+                assert_eq!(requests.len(), 1);
+                let request = serde_json::to_value(requests.values().next().unwrap()).unwrap();
+                assert_eq!(request["method"], "sampling/createMessage", "{request}");
+                let state = r.request_state.expect("a request state naming the parked call");
+                used_states.push(state.clone());
+                params.input_responses = Some(answered(requests.keys().cloned()));
+                params.request_state = Some(state);
+            }
+            done => break result_text(&done),
+        }
+        assert!(rounds <= 2, "more rounds than the backend asked for");
+    };
+    assert_eq!(rounds, 2);
+    assert_eq!(answer, "echo of what now | echo of what now");
+    assert_eq!(app.gateway.parked.len(), 0, "nothing left waiting");
+
+    // A state is good once, and only for the caller it was issued to.
+    params.request_state = used_states.first().cloned();
+    let replay = c.peer().call_tool_once(params.clone()).await;
+    assert!(refused(&replay), "a used state: {replay:?}");
+    let mut fresh = ask(mode, 1);
+    let CallToolResponse::InputRequired(r) = c.peer().call_tool_once(fresh.clone()).await.unwrap() else {
+        panic!("input required")
+    };
+    let keys = r.input_requests.unwrap().keys().cloned().collect::<Vec<_>>();
+    fresh.input_responses = Some(answered(keys));
+    fresh.request_state = r.request_state;
+    let mallory = stateless_client(&app, "mallory").await;
+    let stolen = mallory.peer().call_tool_once(fresh.clone()).await;
+    assert!(refused(&stolen), "another caller's state: {stolen:?}");
+    let r = c.peer().call_tool_once(fresh).await.unwrap();
+    assert_eq!(result_text(&r), "echo of what now", "still the owner's to resume");
+    c.cancel().await.unwrap();
+    mallory.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+fn refused(r: &Result<CallToolResponse, rmcp::ServiceError>) -> bool {
+    match r {
+        Err(rmcp::ServiceError::McpError(e)) => e.message.contains("names no call waiting"),
+        Ok(CallToolResponse::Complete(r)) => r.is_error == Some(true) && text(r).contains("names no call waiting"),
+        _ => false,
+    }
+}
+
+#[tokio::test]
+async fn stateless_client_and_session_backend() {
+    stateless_client_and_session_backend_in("passthrough").await;
+}
+
+#[tokio::test]
+async fn stateless_client_and_session_backend_through_call_tool() {
+    stateless_client_and_session_backend_in("optimizer").await;
+}
+
+/// Both speak 2026-07-28: the backend's input-required result reaches the client unchanged, and
+/// the client's retry reaches the backend unchanged.
+#[tokio::test]
+async fn stateless_client_and_stateless_backend() {
+    let (app, _kit) = gateway_with("passthrough", "2026-07-28").await;
+    let c = stateless_client(&app, "alice").await;
+    let mut params = ask("passthrough", 1);
+    let CallToolResponse::InputRequired(r) = c.peer().call_tool_once(params.clone()).await.unwrap() else {
+        panic!("input required")
+    };
+    let requests = r.input_requests.unwrap();
+    assert_eq!(requests.keys().collect::<Vec<_>>(), vec!["answer"], "the backend's own key");
+    let state = r.request_state.unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&state).unwrap(), json!([]), "the backend's own state");
+    params.input_responses = Some(answered(["answer".to_string()]));
+    params.request_state = Some(state);
+    let r = c.peer().call_tool_once(params).await.unwrap();
+    assert_eq!(result_text(&r), "echo of what now");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
