@@ -5,7 +5,9 @@
 //!
 //! Checked here: JSON syntax, duplicate keys, batches (removed from MCP in 2025-06-18), the
 //! envelope (`jsonrpc`, `id`, `method` or `result`/`error`), and the parameters of the requests
-//! whose names a gateway routes on (`tools/call`, `prompts/get`, `resources/*`).
+//! whose names a gateway routes on (`tools/call`, `prompts/get`, `resources/read`). Methods that
+//! exist only in some revisions (`resources/subscribe` is gone from 2026-07-28) are left to rmcp,
+//! which knows the request's revision and answers a removed method with -32601.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -126,7 +128,7 @@ fn fields_of(method: &str) -> &'static [Field] {
     match method {
         "tools/call" => CALL,
         "prompts/get" => PROMPT,
-        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => URI,
+        "resources/read" => URI,
         _ => &[],
     }
 }
@@ -302,6 +304,8 @@ mod tests {
             Some(INVALID_PARAMS)
         );
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"prompts/get","params":{}}"#), Some(INVALID_PARAMS));
+        // Removed in 2026-07-28: rmcp answers it by the request's revision (-32601 there).
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"resources/subscribe","params":{}}"#), None);
     }
 
     #[test]

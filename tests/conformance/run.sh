@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Runs the official MCP conformance suite's server scenarios against toolmux (passthrough, bare
-# names) in front of tests/conformance/backend.rs, prints the table, and fails on any failure not
-# listed with a reason in tests/conformance/expected-failures.txt.
+# names) in front of tests/conformance/backend.rs, prints each table, and fails on any failure not
+# listed with a reason in tests/conformance/expected-failures-<version>.txt. Two lines of the
+# suite run: the released 0.1 line and the 0.2 line with the 2026-07-28 scenarios.
 #
-# Installs what it needs into a cache folder: the suite from npm and, where the machine's Node.js
+# Usage: tests/conformance/run.sh [VERSION ...]   (default: every version below)
+#
+# Installs what it needs into a cache folder: each suite from npm and, where the machine's Node.js
 # is older than 22, a Node 22 binary from the npm package node-linux-<arch>.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-suite_version=0.1.16
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/toolmux/conformance-$suite_version"
+versions=("$@")
+[ ${#versions[@]} -gt 0 ] || versions=(0.1.16 0.2.0-alpha.12)
 target="${CARGO_TARGET_DIR:-$root/target}"
 
 case "$(uname -m)" in
@@ -19,18 +22,18 @@ case "$(uname -m)" in
 esac
 os=$(uname -s | tr '[:upper:]' '[:lower:]')
 
-if [ ! -x "$cache/node_modules/.bin/conformance" ]; then
-  echo "conformance: installing @modelcontextprotocol/conformance@$suite_version into $cache"
-  mkdir -p "$cache"
-  echo '{"private": true}' > "$cache/package.json"
-  npm install --prefix "$cache" --no-audit --no-fund --loglevel=error \
-    "@modelcontextprotocol/conformance@$suite_version" "node-$os-$node_arch@22"
-fi
-node_bin="$cache/node_modules/node-$os-$node_arch/bin"
-if command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 22 ]; then
-  node_bin=$(dirname "$(command -v node)")
-fi
-export PATH="$node_bin:$PATH"
+# Installs suite $1 (once) and prints its cache folder.
+install_suite() {
+  local cache="${XDG_CACHE_HOME:-$HOME/.cache}/toolmux/conformance-$1"
+  if [ ! -x "$cache/node_modules/.bin/conformance" ]; then
+    echo "conformance: installing @modelcontextprotocol/conformance@$1 into $cache" >&2
+    mkdir -p "$cache"
+    echo '{"private": true}' > "$cache/package.json"
+    npm install --prefix "$cache" --no-audit --no-fund --loglevel=error \
+      "@modelcontextprotocol/conformance@$1" "node-$os-$node_arch@22" >&2
+  fi
+  echo "$cache"
+}
 
 cargo build --locked --bin toolmux --example conformance-backend
 work=$(mktemp -d)
@@ -61,31 +64,49 @@ pids+=($!)
 gateway_url=$(first_line "$work/toolmux.out" toolmux | grep -o 'http://[^ ]*')
 wait_ready "$gateway_url"
 
-echo "conformance: suite $suite_version against $gateway_url (backend $backend_url)"
-set +e
-"$cache/node_modules/.bin/conformance" server --url "$gateway_url" --suite all > "$work/suite.out" 2>&1
-suite_status=$?
-set -e
-sed -n '/=== SUMMARY ===/,$p' "$work/suite.out"
-
-failed=$(grep -E '^✗ ' "$work/suite.out" | sed -E 's/^✗ ([^:]+):.*/\1/' || true)
-expected=$(grep -vE '^\s*(#|$)' tests/conformance/expected-failures.txt | awk '{print $1}' || true)
-unexpected=()
-for f in $failed; do
-  grep -qx "$f" <<< "$expected" || unexpected+=("$f")
-done
-if ! grep -q '=== SUMMARY ===' "$work/suite.out"; then
-  echo "conformance: the suite did not run to its summary (exit $suite_status):" >&2
-  tail -40 "$work/suite.out" >&2
-  exit 1
-fi
-if [ ${#unexpected[@]} -gt 0 ]; then
-  echo "conformance: unexpected failures: ${unexpected[*]}" >&2
-  for f in "${unexpected[@]}"; do
-    awk -v s="=== Running scenario: $f ===" '$0==s{p=1} p&&/^=== Running scenario/&&$0!=s{p=0} p' "$work/suite.out" | head -40 >&2
+status=0
+for version in "${versions[@]}"; do
+  cache=$(install_suite "$version")
+  node_bin="$cache/node_modules/node-$os-$node_arch/bin"
+  if command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 22 ]; then
+    node_bin=$(dirname "$(command -v node)")
+  fi
+  expected_file="tests/conformance/expected-failures-$version.txt"
+  [ -f "$expected_file" ] || { echo "conformance: no $expected_file" >&2; exit 1; }
+  echo "conformance: suite $version against $gateway_url (backend $backend_url)"
+  set +e
+  PATH="$node_bin:$PATH" "$cache/node_modules/.bin/conformance" server --url "$gateway_url" --suite all \
+    > "$work/suite.out" 2>&1
+  suite_status=$?
+  set -e
+  # The suite's own total counts checks, failed ones of listed scenarios included: the verdict
+  # is the line below, per scenario and against the list.
+  sed -n '/=== SUMMARY ===/,$p' "$work/suite.out" | grep -v '^Total:'
+  if ! grep -q '=== SUMMARY ===' "$work/suite.out"; then
+    echo "conformance: suite $version did not run to its summary (exit $suite_status):" >&2
+    tail -40 "$work/suite.out" >&2
+    status=1
+    continue
+  fi
+  failed=$(grep -E '^✗ ' "$work/suite.out" | sed -E 's/^✗ ([^:]+):.*/\1/' || true)
+  expected=$(grep -vE '^\s*(#|$)' "$expected_file" | awk '{print $1}' || true)
+  unexpected=()
+  for f in $failed; do
+    grep -qx "$f" <<< "$expected" || unexpected+=("$f")
   done
-  exit 1
-fi
-passed=$(grep -cE '^✓ ' "$work/suite.out" || true)
-nfailed=$(grep -cE '^✗ ' "$work/suite.out" || true)
-echo "conformance: $passed passed, $nfailed failed"
+  if [ ${#unexpected[@]} -gt 0 ]; then
+    echo "conformance: suite $version: unexpected failures: ${unexpected[*]}" >&2
+    for f in "${unexpected[@]}"; do
+      awk -v s="=== Running scenario: $f ===" '$0==s{p=1} p&&/^=== Running scenario/&&$0!=s{p=0} p' "$work/suite.out" | head -40 >&2
+    done
+    status=1
+  fi
+  # A listed failure that now passes is news too: the list must only name real gaps.
+  for e in $expected; do
+    grep -qx "$e" <<< "$failed" || echo "conformance: suite $version: $e passes now; remove it from $expected_file"
+  done
+  passed=$(grep -cE '^✓ ' "$work/suite.out" || true)
+  nfailed=$(grep -cE '^✗ ' "$work/suite.out" || true)
+  echo "conformance $version: $passed scenarios pass; $nfailed fail, each listed with its reason in $expected_file"
+done
+exit $status
