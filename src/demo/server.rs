@@ -131,6 +131,11 @@ impl ServerHandler for DemoServer {
                 let rounds = arg("rounds").as_u64().unwrap_or(1).max(1) as usize;
                 let stateless = context.protocol_version().is_some_and(|v| !v.has_initialize());
                 if stateless {
+                    // A server must not rely on a capability the client did not declare.
+                    if context.meta.client_capabilities().is_none_or(|c| c.sampling.is_none()) {
+                        let refusal = "this tool needs sampling, which the client did not declare";
+                        return Ok(CallToolResult::error(vec![ContentBlock::text(refusal)]).into());
+                    }
                     return Ok(ask_in_rounds(&prompt, rounds, request.input_responses, request.request_state));
                 }
                 let mut answers = Vec::new();

@@ -185,10 +185,13 @@ impl GatewayHandler {
             ctx.meta.get_progress_token(),
             asks_tx,
         );
+        // What the client can do: from its request (2026-07-28) or its session's initialize.
+        let client = ctx.meta.client_capabilities().or_else(|| ctx.peer.peer_info().map(|i| i.capabilities.clone()));
         let mut call = PendingCall {
             backend,
             caller,
             params,
+            client,
             call: Box::pin(std::future::pending()),
             guard: Arc::new(guard),
             relayed,
@@ -234,7 +237,11 @@ impl GatewayHandler {
                     other => break other,
                 },
                 Some(n) = call.relayed.recv() => n.send(&ctx.peer).await,
-                Some(ask) = next_ask(&mut call.asks) => return Ok(self.park(call, ask, ctx).await),
+                Some(ask) = next_ask(&mut call.asks) => {
+                    if let Some(ask) = call.refuse_undeclared(ask) {
+                        return Ok(self.park(call, ask, ctx).await);
+                    }
+                }
             }
         };
         // rmcp hands notifications to spawned tasks, so the last ones can trail the response by

@@ -16,7 +16,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
-use rmcp::model::{CallToolRequestParams, CallToolResult, InputRequests, InputResponses, RequestId};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ErrorCode, InputRequest, InputRequests, InputResponses,
+    RequestId,
+};
 use rmcp::service::{Peer, RoleServer};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -41,6 +44,8 @@ pub struct PendingCall {
     pub caller: Caller,
     /// The forwarded request, to retry with a 2026-07-28 backend's input requests answered.
     pub params: CallToolRequestParams,
+    /// What the calling client declared it can do (sampling, elicitation, roots).
+    pub client: Option<ClientCapabilities>,
     pub call: CallFuture,
     pub guard: Arc<CallGuard>,
     pub relayed: mpsc::UnboundedReceiver<Relayed>,
@@ -58,7 +63,27 @@ impl PendingCall {
     pub fn start(&mut self) {
         let (backend, params, guard, ct) =
             (self.backend.clone(), self.params.clone(), self.guard.clone(), self.ct.clone());
-        self.call = Box::pin(async move { backend.call_tool(params, &ct, |id, token| guard.sent(id, token)).await });
+        let client = self.client.clone();
+        self.call =
+            Box::pin(async move { backend.call_tool(params, client, &ct, |id, token| guard.sent(id, token)).await });
+    }
+
+    /// Whether the client declared the capability `ask` needs; if not, the backend is told so
+    /// with -32021 rather than the client being asked for what it never offered.
+    pub fn refuse_undeclared(&self, ask: Ask) -> Option<Ask> {
+        let caps = self.client.clone().unwrap_or_default();
+        let (declared, what) = match &ask.request {
+            InputRequest::CreateMessage(_) => (caps.sampling.is_some(), "sampling"),
+            InputRequest::Elicitation(_) => (caps.elicitation.is_some(), "elicitation"),
+            InputRequest::ListRoots(_) => (caps.roots.is_some(), "roots"),
+            _ => (false, "this kind of input"),
+        };
+        if declared {
+            return Some(ask);
+        }
+        let message = format!("the client did not declare the `{what}` capability");
+        let _ = ask.reply.send(Err(ErrorData::new(ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY, message, None)));
+        None
     }
 }
 

@@ -25,10 +25,10 @@ use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest,
-    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientCapabilities,
+    ClientRequest, CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
     InputRequiredResult, ProgressToken, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, RequestId, Resource, ResourceTemplate, ServerNotification, ServerResult,
+    ReadResourceResult, RequestId, RequestMetaObject, Resource, ResourceTemplate, ServerNotification, ServerResult,
     SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
@@ -354,19 +354,29 @@ impl Backend {
     /// own; `on_sent` learns both as soon as the request is queued, so that what the backend
     /// sends during the call (progress, sampling, elicitation) can be routed back to the caller.
     /// A call given up (timeout, client cancellation) is cancelled at the backend.
+    ///
+    /// `client` is what the calling client declared it can do: a 2026-07-28 backend is told
+    /// exactly that with this request, not what the gateway itself could relay. (A 2025-11-25
+    /// backend learnt the gateway's capabilities once, at initialize.)
     pub async fn call_tool(
         &self,
         params: CallToolRequestParams,
+        client: Option<ClientCapabilities>,
         ct: &CancellationToken,
         on_sent: impl FnOnce(&RequestId, &ProgressToken),
     ) -> Result<Answer<CallToolResult>, CallError> {
         let backend = self.name().to_string();
         let peer = self.peer().ok_or_else(|| CallError::NotConnected { backend: backend.clone() })?;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let handle = peer
-            .send_request_with_option(request, PeerRequestOptions::no_options())
-            .await
-            .map_err(|e| self.map_error(e))?;
+        let mut options = PeerRequestOptions::no_options();
+        if self.is_stateless() {
+            // Merged over what rmcp stamps on every request.
+            options.meta = Some(RequestMetaObject::default());
+            if let Some(meta) = options.meta.as_mut() {
+                meta.set_client_capabilities(client.unwrap_or_default());
+            }
+        }
+        let handle = peer.send_request_with_option(request, options).await.map_err(|e| self.map_error(e))?;
         on_sent(&handle.id, &handle.progress_token);
         let id = handle.id.clone();
         let timeout = self.config.timeout;

@@ -186,3 +186,32 @@ async fn stateless_client_and_stateless_backend() {
     c.cancel().await.unwrap();
     app.shutdown().await;
 }
+
+/// A client that declared no sampling is never asked for it: a 2025-11-25 backend's request is
+/// refused with -32021, and a 2026-07-28 backend is told what the client declared (not what the
+/// gateway could relay), so it refuses too.
+#[tokio::test]
+async fn a_client_that_cannot_sample_is_not_asked_to() {
+    for protocol in ["2025-11-25", "2026-07-28"] {
+        let (app, _kit) = gateway_with("passthrough", protocol).await;
+        let url = format!("http://{}/mcp", app.addr.unwrap());
+        let c = Recorder::default()
+            .serve_with_lifecycle(
+                rmcp::transport::StreamableHttpClientTransport::from_uri(url),
+                ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+            )
+            .await
+            .unwrap();
+        let r = c.peer().call_tool_once(ask("passthrough", 1)).await.unwrap();
+        let CallToolResponse::Complete(r) = r else { panic!("{protocol}: no input round for it: {r:?}") };
+        assert_eq!(r.is_error, Some(true), "{protocol}");
+        assert!(
+            text(&r).contains("did not declare"),
+            "{protocol}: the backend learns the client cannot sample: {}",
+            text(&r)
+        );
+        assert_eq!(app.gateway.parked.len(), 0);
+        c.cancel().await.unwrap();
+        app.shutdown().await;
+    }
+}
