@@ -56,6 +56,12 @@ mode = "passthrough"
 name = "conformance"
 url = "$backend_url"
 
+# The input-required scenarios, from a backend that speaks 2026-07-28 (tests/conformance/mrtr.rs).
+[[backends]]
+name = "conformance-mrtr"
+url = "${backend_url%/mcp}/mrtr"
+protocol = "2026-07-28"
+
 [aggregation]
 conflict_resolution = "priority"
 TOML

@@ -17,6 +17,9 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 
+#[path = "mrtr.rs"]
+pub mod mrtr;
+
 /// A 1×1 red PNG.
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
 /// A 44-byte silent WAV.
@@ -422,12 +425,19 @@ impl ServerHandler for Conformance {
     }
 }
 
-/// Serves the conformance server over streamable HTTP on `listener` until the task is dropped.
+/// Serves the conformance server over streamable HTTP on `listener` until the task is dropped:
+/// at `/mcp`, and its input-required scenarios (2026-07-28) at `/mrtr` ([`mrtr`]).
 pub async fn serve(listener: tokio::net::TcpListener) -> std::io::Result<()> {
     let service = StreamableHttpService::new(
         || Ok(Conformance::default()),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );
-    axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await
+    let rounds = mrtr::Mrtr::default();
+    let mrtr = StreamableHttpService::new(
+        move || Ok(rounds.clone()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    axum::serve(listener, axum::Router::new().nest_service("/mcp", service).nest_service("/mrtr", mrtr)).await
 }
