@@ -15,6 +15,8 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use crate::mcp::meta::kind;
+
 pub const PARSE_ERROR: i32 = -32700;
 pub const INVALID_REQUEST: i32 = -32600;
 pub const INVALID_PARAMS: i32 = -32602;
@@ -162,17 +164,6 @@ fn check_params(method: &str, params: Option<&Value>, id: Value) -> Result<(), R
         }
     }
     Ok(())
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// Parses JSON, refusing an object with the same key twice (serde_json keeps the last one,

@@ -24,7 +24,7 @@ use rmcp::model::{
     CompleteRequestParams, CompleteResult, CompletionInfo, Reference, SetLevelRequestParams, SubscribeRequestParams,
     SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::model::{InputRequests, InputRequiredResult, InputResponses};
+use rmcp::model::{InputRequests, InputRequiredResult};
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use sha2::{Digest, Sha256};
@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use super::gateway::Gateway;
 use super::meta::{self, CALL_TOOL, FIND_TOOL, TokenMetrics, Unavailable};
 use super::relay::{Ask, Relayed};
-use super::rounds::{self, Parked, PendingCall};
+use super::rounds::{self, Parked, PendingCall, Retry};
 use crate::catalog::ConflictResolution;
 use crate::config::Mode;
 use crate::index::{AllowList, Slot};
@@ -230,8 +230,7 @@ impl GatewayHandler {
                             },
                             None => Default::default(),
                         };
-                        call.params.input_responses = Some(responses);
-                        call.params.request_state = asked.request_state;
+                        call.params = call.params.clone().answered(responses, asked.request_state);
                         call.start();
                     }
                     other => break other,
@@ -300,20 +299,22 @@ impl GatewayHandler {
         }
     }
 
-    /// Repeats a resource or prompt request with a 2026-07-28 backend's input requests answered
-    /// by a session client, until it completes (or [`rounds::MAX_ROUNDS`]). A session-less
-    /// client gets the backend's input-required result unchanged.
-    async fn with_rounds<T, F, Fut>(
+    /// Sends a resource or prompt request, and repeats it with a 2026-07-28 backend's input
+    /// requests answered by a session client until it completes (or [`rounds::MAX_ROUNDS`]). A
+    /// session-less client gets the backend's input-required result unchanged.
+    async fn with_rounds<P, T, F, Fut>(
         &self,
         ctx: &RequestContext<RoleServer>,
         backend: &str,
-        mut answer: Answer<T>,
-        mut retry: F,
+        params: P,
+        send: F,
     ) -> Result<Answer<T>, CallError>
     where
-        F: FnMut(InputResponses, Option<String>) -> Fut,
+        P: rounds::Retry + Clone,
+        F: Fn(P) -> Fut,
         Fut: Future<Output = Result<Answer<T>, CallError>>,
     {
+        let mut answer = send(params.clone()).await?;
         if self.session.get().is_none() {
             return Ok(answer);
         }
@@ -325,7 +326,7 @@ impl GatewayHandler {
                     .map_err(|error| CallError::Remote { backend: backend.to_string(), error })?,
                 None => Default::default(),
             };
-            answer = retry(responses, asked.request_state).await?;
+            answer = send(params.clone().answered(responses, asked.request_state)).await?;
         }
         match answer {
             Answer::Complete(_) => Ok(answer),
@@ -590,21 +591,8 @@ impl ServerHandler for GatewayHandler {
         let Some(backend) = self.resource_owner(&uri) else {
             return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
         };
-        let (params, ct) = (&request.clone(), &context.ct);
-        let b = &backend;
-        let first = b.read_resource(request, ct).await;
-        let answer = match first {
-            Ok(a) => {
-                self.with_rounds(&context, b.name(), a, move |responses, state| {
-                    let mut p = params.clone();
-                    p.input_responses = Some(responses);
-                    p.request_state = state;
-                    b.read_resource(p, ct)
-                })
-                .await
-            }
-            Err(e) => Err(e),
-        };
+        let answer =
+            self.with_rounds(&context, backend.name(), request, |p| backend.read_resource(p, &context.ct)).await;
         match answer {
             Ok(Answer::Complete(r)) => Ok(r.completed().into()),
             Ok(Answer::InputRequired(r)) => Ok(r.into()),
@@ -629,21 +617,7 @@ impl ServerHandler for GatewayHandler {
             return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
         };
         request.name = original;
-        let (params, ct) = (&request.clone(), &context.ct);
-        let b = &backend;
-        let first = b.get_prompt(request, ct).await;
-        let answer = match first {
-            Ok(a) => {
-                self.with_rounds(&context, b.name(), a, move |responses, state| {
-                    let mut p = params.clone();
-                    p.input_responses = Some(responses);
-                    p.request_state = state;
-                    b.get_prompt(p, ct)
-                })
-                .await
-            }
-            Err(e) => Err(e),
-        };
+        let answer = self.with_rounds(&context, backend.name(), request, |p| backend.get_prompt(p, &context.ct)).await;
         match answer {
             Ok(Answer::Complete(r)) => Ok(r.completed().into()),
             Ok(Answer::InputRequired(r)) => Ok(r.into()),

@@ -157,7 +157,8 @@ fn get_ci<'a>(args: &'a JsonObject, key: &str) -> Option<&'a Value> {
     args.get(key).or_else(|| args.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v))
 }
 
-fn kind(v: &Value) -> &'static str {
+/// What kind of JSON value `v` is, for error messages ("a number").
+pub(crate) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

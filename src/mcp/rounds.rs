@@ -17,8 +17,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ErrorCode, InputRequest, InputRequests, InputResponses,
-    RequestId,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ErrorCode, GetPromptRequestParams, InputRequest,
+    InputRequests, InputResponses, ReadResourceRequestParams, RequestId,
 };
 use rmcp::service::{Peer, RoleServer};
 use tokio::sync::mpsc;
@@ -143,6 +143,26 @@ impl Parked {
         self.len() == 0
     }
 }
+
+/// A request that can be repeated with the client's answers to a backend's input requests.
+pub trait Retry {
+    /// The same request, carrying `responses` and the backend's `state`.
+    fn answered(self, responses: InputResponses, state: Option<String>) -> Self;
+}
+
+macro_rules! retry {
+    ($($t:ty),*) => {$(
+        impl Retry for $t {
+            fn answered(mut self, responses: InputResponses, state: Option<String>) -> Self {
+                self.input_responses = Some(responses);
+                self.request_state = state;
+                self
+            }
+        }
+    )*};
+}
+
+retry!(CallToolRequestParams, ReadResourceRequestParams, GetPromptRequestParams);
 
 /// Answers a 2026-07-28 backend's input requests by asking a session client, each on the
 /// response stream of the client's request `client_request`.
