@@ -19,7 +19,8 @@
 //! | `app`      | the composition root: builds and owns everything |
 //!
 //! `demo` holds the built-in demo backends; `eval` the retrieval evaluation; `simd` the one
-//! macro that compiles numeric loops for wider vector units, used by `embed` and `index`.
+//! macro that compiles numeric loops for wider vector units, used by `embed` and `index`, and
+//! the name of the vector path this CPU runs.
 
 pub mod app;
 pub mod catalog;
@@ -32,6 +33,6 @@ pub mod http;
 pub mod index;
 pub mod mcp;
 pub mod session;
-mod simd;
+pub mod simd;
 pub mod store;
 pub mod upstream;

@@ -80,3 +80,38 @@ async fn demo_serves_the_built_in_backends_in_optimizer_mode() {
     assert!(n <= 25, "{n} log lines for a demo start:\n{log}");
     assert!(log.contains("ready"), "toolmux's own events are logged:\n{log}");
 }
+
+/// The gateway as a child process in optimizer mode over a small catalog (two stdio backends):
+/// find_tool ranks a known tool first and call_tool runs one. `scripts/test-arm64.sh` runs this
+/// under qemu too, where the catalog is embedded by the aarch64 build, so the index is waited
+/// for rather than assumed (emulated, embedding takes minutes).
+#[tokio::test]
+async fn smoke_optimizer_over_stdio_finds_and_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    let toml = format!(
+        "[optimizer]\ncache_dir = \"{}\"\n{}{}",
+        dir.path().join("vectors").display(),
+        stdio_backend_toml("kit", "testkit"),
+        stdio_backend_toml("github", "github"),
+    );
+    std::fs::write(&config, toml).unwrap();
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["serve", "--stdio", "--config", config.to_str().unwrap()]).stderr(Stdio::null());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let c = rmcp::ServiceExt::serve(Recorder::default(), transport).await.expect("stdio gateway answers");
+    let query = json!({"tool_description": "create a pull request on a code repository"});
+    assert!(
+        eventually(Duration::from_secs(900), || async {
+            !found(&call(&c, "find_tool", query.clone()).await).is_empty()
+        })
+        .await,
+        "the index is built"
+    );
+    let r = call(&c, "find_tool", query).await;
+    assert_eq!(r.structured_content.as_ref().unwrap()["search_mode"], "hybrid", "the dense arm is on");
+    assert_eq!(found(&r).first().map(String::as_str), Some("github_create_pull_request"), "{:?}", found(&r));
+    let r = call(&c, "call_tool", json!({"tool_name": "kit_echo", "parameters": {"input": "smoke"}})).await;
+    assert_eq!(text(&r), "smoke");
+    c.cancel().await.unwrap();
+}
