@@ -11,14 +11,7 @@ use crate::harness::*;
 #[test]
 fn find_prints_what_find_tool_would_return() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolmux.toml");
-    let toml = format!(
-        "[optimizer]\ncache_dir = \"{}\"\n{}{}",
-        dir.path().join("vectors").display(),
-        stdio_backend_toml("kit", "testkit"),
-        stdio_backend_toml("github", "github"),
-    );
-    std::fs::write(&config, toml).unwrap();
+    let config = small_catalog_config(dir.path());
     let out = std::process::Command::new(BIN)
         .args(["find", "--config", config.to_str().unwrap(), "create a pull request on a code repository"])
         .output()
@@ -88,14 +81,7 @@ async fn demo_serves_the_built_in_backends_in_optimizer_mode() {
 #[tokio::test]
 async fn smoke_optimizer_over_stdio_finds_and_calls() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolmux.toml");
-    let toml = format!(
-        "[optimizer]\ncache_dir = \"{}\"\n{}{}",
-        dir.path().join("vectors").display(),
-        stdio_backend_toml("kit", "testkit"),
-        stdio_backend_toml("github", "github"),
-    );
-    std::fs::write(&config, toml).unwrap();
+    let config = small_catalog_config(dir.path());
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.args(["serve", "--stdio", "--config", config.to_str().unwrap()]).stderr(Stdio::null());
     let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();

@@ -258,7 +258,6 @@ async fn a_backend_down_at_start_does_not_stop_the_gateway() {
 
 #[tokio::test]
 async fn optimizer_works_for_stateless_2026_07_28_clients() {
-    use rmcp::{ClientLifecycleMode, ClientServiceExt, model::ProtocolVersion};
     let echo = http_backend("echo").await;
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[optimizer]\ncache_dir = \"{}\"\n{}",
@@ -266,15 +265,7 @@ async fn optimizer_works_for_stateless_2026_07_28_clients() {
         http_backend_toml("stable", &echo.url)
     );
     let app = gateway(&toml, EmbedderChoice::Given(model())).await;
-    let url = format!("http://{}/mcp", app.addr.unwrap());
-    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url);
-    let c = Recorder::default()
-        .serve_with_lifecycle(
-            transport,
-            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
-        )
-        .await
-        .expect("stateless client connects");
+    let c = stateless_client(&app, Recorder::default(), None).await;
     let tools = c.list_all_tools().await.unwrap();
     assert_eq!(names(&tools), vec!["find_tool", "call_tool"]);
     let r = call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await;
@@ -332,22 +323,14 @@ async fn a_clients_cancellation_reaches_the_backend() {
 /// clients).
 #[tokio::test]
 async fn relayed_results_carry_result_type_for_2026_07_28_clients() {
-    use rmcp::model::{ProtocolVersion, ResultType};
-    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    use rmcp::model::ResultType;
     let github = http_backend("github").await;
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}",
         http_backend_toml("github", &github.url)
     );
     let app = gateway(&toml, EmbedderChoice::None).await;
-    let url = format!("http://{}/mcp", app.addr.unwrap());
-    let modern = Recorder::default()
-        .serve_with_lifecycle(
-            rmcp::transport::StreamableHttpClientTransport::from_uri(url),
-            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
-        )
-        .await
-        .expect("stateless client connects");
+    let modern = stateless_client(&app, Recorder::default(), None).await;
     let complete = Some(ResultType::COMPLETE);
     let r = call(&modern, "github_list_issues", json!({"owner": "o", "repo": "r"})).await;
     assert_eq!(r.result_type, complete, "tools/call");

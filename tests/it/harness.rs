@@ -181,6 +181,42 @@ pub async fn client_with_auth(app: &App, token: Option<&str>) -> (Client, Record
     (c, rec)
 }
 
+/// A 2026-07-28 client (`server/discover`, no session) with `handler`; `token`, if any, is
+/// sent as its bearer credentials (and so decides who it is).
+pub async fn stateless_client<H: ClientHandler>(
+    app: &App,
+    handler: H,
+    token: Option<&str>,
+) -> RunningService<RoleClient, H> {
+    use rmcp::{ClientLifecycleMode, ClientServiceExt, model::ProtocolVersion};
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let mut cfg = StreamableHttpClientTransportConfig::with_uri(url);
+    if let Some(t) = token {
+        cfg = cfg.auth_header(t.to_string());
+    }
+    handler
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(cfg),
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
+        .await
+        .expect("a 2026-07-28 client connects")
+}
+
+/// A config file in `dir` for a small optimizer catalog of two stdio backends (`kit`: testkit,
+/// `github`), with its vector cache in `dir` too.
+pub fn small_catalog_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let config = dir.join("toolmux.toml");
+    let toml = format!(
+        "[optimizer]\ncache_dir = \"{}\"\n{}{}",
+        dir.join("vectors").display(),
+        stdio_backend_toml("kit", "testkit"),
+        stdio_backend_toml("github", "github"),
+    );
+    std::fs::write(&config, toml).unwrap();
+    config
+}
+
 pub async fn call<S: rmcp::Service<RoleClient>>(
     c: &RunningService<RoleClient, S>,
     name: &str,

@@ -243,19 +243,11 @@ async fn a_backends_own_list_changed_reaches_the_same_session() {
 
 #[tokio::test]
 async fn stateless_passthrough_listeners_get_list_changed() {
-    use rmcp::model::{ProtocolVersion, ServerNotification, SubscriptionFilter};
-    use rmcp::{ClientLifecycleMode, ClientServiceExt};
+    use rmcp::model::{ServerNotification, SubscriptionFilter};
     let Pair { _stable, mut unstable, app } =
         pair(&format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{HEALTH}"), EmbedderChoice::None)
             .await;
-    let url = format!("http://{}/mcp", app.addr.unwrap());
-    let c = Recorder::default()
-        .serve_with_lifecycle(
-            rmcp::transport::StreamableHttpClientTransport::from_uri(url),
-            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
-        )
-        .await
-        .unwrap();
+    let c = stateless_client(&app, Recorder::default(), None).await;
     let mut sub = c.peer().listen(SubscriptionFilter::builder().tools_list_changed().build()).await.unwrap();
     unstable.kill().await;
     let got = tokio::time::timeout(Duration::from_secs(15), sub.next()).await.expect("a notification in time").unwrap();

@@ -5,11 +5,9 @@
 
 #![allow(deprecated, reason = "sampling is what the rounds carry")]
 
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CreateMessageResult, InputResponses, ProtocolVersion, SamplingMessage,
-};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CreateMessageResult, InputResponses, SamplingMessage};
 use rmcp::service::{RoleClient, RunningService};
-use rmcp::{ClientLifecycleMode, ClientServiceExt, ServiceExt};
 use serde_json::{Value, json};
 use toolmux::app::{App, EmbedderChoice};
 
@@ -36,18 +34,9 @@ async fn session_client(app: &App) -> Answerer {
     Answering::default().serve(rmcp::transport::StreamableHttpClientTransport::from_uri(url)).await.unwrap()
 }
 
-/// A 2026-07-28 client: no session; `token` sets its credentials (and so who it is).
-async fn stateless_client(app: &App, token: &str) -> Answerer {
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    let url = format!("http://{}/mcp", app.addr.unwrap());
-    let cfg = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_string());
-    Answering::default()
-        .serve_with_lifecycle(
-            rmcp::transport::StreamableHttpClientTransport::from_config(cfg),
-            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
-        )
-        .await
-        .unwrap()
+/// A 2026-07-28 client that answers sampling; `token` decides who it is.
+async fn answering_stateless_client(app: &App, token: &str) -> Answerer {
+    stateless_client(app, Answering::default(), Some(token)).await
 }
 
 fn ask(mode: &str, rounds: u64) -> CallToolRequestParams {
@@ -101,7 +90,7 @@ async fn session_client_and_stateless_backend() {
 /// answers input-required; the retry's answers resume the backend's request.
 async fn stateless_client_and_session_backend_in(mode: &str) {
     let (app, _kit) = gateway_with(mode, "2025-11-25").await;
-    let c = stateless_client(&app, "alice").await;
+    let c = answering_stateless_client(&app, "alice").await;
     let mut params = ask(mode, 2);
     let mut rounds = 0;
     let mut used_states = Vec::new();
@@ -137,7 +126,7 @@ async fn stateless_client_and_session_backend_in(mode: &str) {
     let keys = r.input_requests.unwrap().keys().cloned().collect::<Vec<_>>();
     fresh.input_responses = Some(answered(keys));
     fresh.request_state = r.request_state;
-    let mallory = stateless_client(&app, "mallory").await;
+    let mallory = answering_stateless_client(&app, "mallory").await;
     let stolen = mallory.peer().call_tool_once(fresh.clone()).await;
     assert!(refused(&stolen), "another caller's state: {stolen:?}");
     let r = c.peer().call_tool_once(fresh).await.unwrap();
@@ -170,7 +159,7 @@ async fn stateless_client_and_session_backend_through_call_tool() {
 #[tokio::test]
 async fn stateless_client_and_stateless_backend() {
     let (app, _kit) = gateway_with("passthrough", "2026-07-28").await;
-    let c = stateless_client(&app, "alice").await;
+    let c = answering_stateless_client(&app, "alice").await;
     let mut params = ask("passthrough", 1);
     let CallToolResponse::InputRequired(r) = c.peer().call_tool_once(params.clone()).await.unwrap() else {
         panic!("input required")
@@ -194,14 +183,7 @@ async fn stateless_client_and_stateless_backend() {
 async fn a_client_that_cannot_sample_is_not_asked_to() {
     for protocol in ["2025-11-25", "2026-07-28"] {
         let (app, _kit) = gateway_with("passthrough", protocol).await;
-        let url = format!("http://{}/mcp", app.addr.unwrap());
-        let c = Recorder::default()
-            .serve_with_lifecycle(
-                rmcp::transport::StreamableHttpClientTransport::from_uri(url),
-                ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
-            )
-            .await
-            .unwrap();
+        let c = stateless_client(&app, Recorder::default(), None).await;
         let r = c.peer().call_tool_once(ask("passthrough", 1)).await.unwrap();
         let CallToolResponse::Complete(r) = r else { panic!("{protocol}: no input round for it: {r:?}") };
         assert_eq!(r.is_error, Some(true), "{protocol}");
