@@ -8,9 +8,9 @@ use rmcp::model::{
     GetPromptResult, Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, Prompt, PromptArgument, PromptMessage, ReadResourceRequestParams,
     ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities,
-    ServerConfig, Tool,
+    ServerConfig, SubscriptionFilter, Tool,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -26,6 +26,8 @@ struct Shared {
     tools: Mutex<Vec<Tool>>,
     /// Connected clients, told when the tools change.
     peers: Mutex<Vec<Peer<RoleServer>>>,
+    /// Bumped when the tools change: 2026-07-28 clients hear of it on `subscriptions/listen`.
+    tools_changed: tokio::sync::watch::Sender<u64>,
     /// Calls the client cancelled before they finished (reported by `testkit`'s `cancelled_calls`).
     cancelled: std::sync::atomic::AtomicU64,
     list_delay: Duration,
@@ -44,6 +46,7 @@ impl DemoServer {
                 description: backend.description,
                 tools: Mutex::new(backend.tools),
                 peers: Mutex::new(Vec::new()),
+                tools_changed: tokio::sync::watch::channel(0).0,
                 cancelled: Default::default(),
                 list_delay: backend.list_delay,
             }),
@@ -58,6 +61,7 @@ impl DemoServer {
         let tool = super::tool(name, &format!("A tool added at run time to {}", self.shared.name), "input: Anything")
             .expect("a plain tool parses");
         self.shared.tools.lock().expect("tools lock").push(tool);
+        self.shared.tools_changed.send_modify(|n| *n += 1);
         let peers = self.shared.peers.lock().expect("peers lock").clone();
         for p in peers {
             let _ = p.notify_tool_list_changed().await;
@@ -82,6 +86,24 @@ impl ServerHandler for DemoServer {
         )
         .with_server_info(Implementation::new(format!("demo-{}", self.shared.name), env!("CARGO_PKG_VERSION")))
         .with_instructions(self.shared.description.clone())
+    }
+
+    fn accepted_subscription_filter(&self, _requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// A 2026-07-28 client's `subscriptions/listen`: `tools/list_changed` when `add_tool` runs.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.shared.tools_changed.subscribe();
+        loop {
+            tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                r = changes.changed() => if r.is_err() { return Ok(()) },
+            }
+            if context.sink().notify_tool_list_changed().await.is_err() {
+                return Ok(());
+            }
+        }
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -197,3 +197,28 @@ async fn a_client_that_cannot_sample_is_not_asked_to() {
         app.shutdown().await;
     }
 }
+
+/// A 2026-07-28 backend has no session to push list changes on: toolmux holds a
+/// `subscriptions/listen` stream open, and a change there reaches the catalog.
+#[tokio::test]
+async fn a_stateless_backends_list_change_reaches_the_gateway() {
+    let (app, _kit) = gateway_with("passthrough", "2026-07-28").await;
+    let c = session_client(&app).await;
+    let r = c
+        .call_tool(
+            CallToolRequestParams::new("kit_add_tool")
+                .with_arguments(json!({"name": "fresh"}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&r), "added tool fresh");
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || async {
+            c.list_all_tools().await.unwrap().iter().any(|t| t.name == "kit_fresh")
+        })
+        .await,
+        "the new tool is listed"
+    );
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
