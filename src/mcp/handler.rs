@@ -221,14 +221,14 @@ impl GatewayHandler {
                         if call.rounds > rounds::MAX_ROUNDS {
                             return Ok(too_many_rounds(call.backend.name()).into());
                         }
-                        let responses = match asked.input_requests {
-                            Some(requests) => match rounds::fulfil(&ctx.peer, &ctx.id, requests).await {
-                                Ok(r) => r,
-                                Err(e) => return Ok(meta::error_result(format!(
-                                    "backend `{}` needed input from you and it could not be had: {}", call.backend.name(), e.message
-                                )).into()),
-                            },
-                            None => Default::default(),
+                        let requests = asked.input_requests.unwrap_or_default();
+                        let responses = match rounds::fulfil(&ctx.peer, &ctx.id, requests).await {
+                            Ok(r) => r,
+                            Err(e) => {
+                                let backend = call.backend.name();
+                                let why = format!("backend `{backend}` needed input from you that could not be had: {}", e.message);
+                                return Ok(meta::error_result(why).into());
+                            }
                         };
                         call.params = call.params.clone().answered(responses, asked.request_state);
                         call.start();
