@@ -62,7 +62,7 @@ fn measure_memory(cache_dir: &std::path::Path) {
     let gw = optimizer_gateway(store.clone());
     let sessions: Vec<_> = {
         let _rt = rt.enter();
-        (0..SESSIONS).map(|_| gw.open_session(Caller::anonymous())).collect()
+        (0..SESSIONS).map(|_| gw.open_session(Caller::anonymous(), None)).collect()
     };
     let handler = toolmux::mcp::GatewayHandler::new(gw.clone());
     for (i, q) in query_texts.iter().take(50).enumerate() {

@@ -26,6 +26,8 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize) -> Arc<Gateway> {
             transport: Transport::Http { url: "http://127.0.0.1:9/mcp".into(), headers: Default::default() },
             timeout: Duration::from_secs(1),
             protocol: Default::default(),
+            session: toolmux::config::SessionMode::Shared,
+            max_instances: 1,
         })
         .collect();
     let upstream = Arc::new(Upstream::new(&configs, Arc::new(NoRelay)));
@@ -61,6 +63,8 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize) -> Arc<Gateway> {
         policy: Arc::new(AllowAll),
         relay: toolmux::mcp::relay::Hub::new(),
         notice_window: Duration::ZERO,
+        limits: Default::default(),
+        max_query_chars: toolmux::config::DEFAULT_MAX_QUERY_CHARS,
         ct: tokio_util::sync::CancellationToken::new(),
     })
 }
@@ -73,7 +77,7 @@ fn benches(c: &mut Criterion) {
         let gw = gateway(&rt, tools);
         for sessions in [10, 100, 1_000] {
             let handles: Vec<_> =
-                rt.block_on(async { (0..sessions).map(|_| gw.open_session(Caller::anonymous())).collect() });
+                rt.block_on(async { (0..sessions).map(|_| gw.open_session(Caller::anonymous(), None)).collect() });
             let per_session = handles[0].snapshot().heap_bytes();
             eprintln!("{sessions} sessions over {tools} tools: {per_session} bytes per session snapshot");
             let embedded = gw.store.counters.texts_embedded.load(Ordering::Relaxed);

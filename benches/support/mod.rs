@@ -123,6 +123,8 @@ pub fn optimizer_gateway(store: Arc<toolmux::store::Store>) -> Arc<toolmux::mcp:
         policy: Arc::new(toolmux::session::AllowAll),
         relay: toolmux::mcp::relay::Hub::new(),
         notice_window: std::time::Duration::ZERO,
+        limits: Default::default(),
+        max_query_chars: toolmux::config::DEFAULT_MAX_QUERY_CHARS,
         ct: tokio_util::sync::CancellationToken::new(),
     })
 }

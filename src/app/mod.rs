@@ -106,6 +106,8 @@ impl App {
             policy: opts.policy,
             relay,
             notice_window: config.health.interval,
+            limits: config.server.limits.clone(),
+            max_query_chars: config.optimizer.max_query_chars,
             ct: ct.clone(),
         });
 
@@ -122,16 +124,12 @@ impl App {
                 .await
                 .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
             let addr = listener.local_addr()?;
-            let listener = axum::serve::ListenerExt::tap_io(listener, no_delay);
             let router = crate::http::router(gateway.clone(), &config.server, addr, &ct);
-            let stop = ct.clone();
-            tasks.spawn(async move {
-                if let Err(err) =
-                    axum::serve(listener, router).with_graceful_shutdown(async move { stop.cancelled().await }).await
-                {
-                    tracing::error!(%err, "HTTP server failed");
-                }
-            });
+            let limits = crate::http::serve::Limits {
+                max_connections: config.server.limits.max_connections,
+                header_timeout: config.server.limits.header_timeout,
+            };
+            tasks.spawn(crate::http::serve::serve(listener, router, limits, ct.clone()));
             Some(addr)
         } else {
             None
@@ -168,14 +166,6 @@ impl App {
         if tokio::time::timeout(DRAIN, self.tasks.wait()).await.is_err() {
             tracing::warn!("some tasks did not stop within {DRAIN:?}");
         }
-    }
-}
-
-/// Sets TCP_NODELAY on an accepted connection. Without it, a streamed answer's last small write
-/// waits for the client's delayed ACK: about 40 ms per request on a kept-alive connection.
-fn no_delay(tcp: &mut tokio::net::TcpStream) {
-    if let Err(err) = tcp.set_nodelay(true) {
-        tracing::debug!(%err, "TCP_NODELAY not set");
     }
 }
 
@@ -277,19 +267,4 @@ pub async fn demo(listen: &str, mode: &str) -> anyhow::Result<App> {
         servers.cancel();
     });
     Ok(app)
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::serve::{Listener, ListenerExt};
-
-    #[tokio::test]
-    async fn accepted_connections_do_not_wait_for_delayed_acks() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let mut listener = listener.tap_io(super::no_delay);
-        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (stream, _) = listener.accept().await;
-        assert!(stream.nodelay().unwrap(), "TCP_NODELAY on the server side of the connection");
-    }
 }

@@ -42,6 +42,37 @@ pub struct ServerConfig {
     pub max_body: usize,
     /// Extra `Host`/`Origin` values accepted besides the loopback names.
     pub allowed_origins: Vec<String>,
+    pub limits: Limits,
+}
+
+/// What one client, or all of them together, can make the gateway hold.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Live client sessions; a new one past it is refused.
+    pub max_sessions: usize,
+    /// A client session, and each upstream session opened for it, ends after this long unused.
+    pub session_idle_timeout: Duration,
+    /// Forwarded calls one session may have running at once.
+    pub max_calls_per_session: usize,
+    /// Open HTTP connections; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Deadline for a request's headers, from the connection's first byte.
+    pub header_timeout: Duration,
+    /// Deadline for a request's body, once its headers are in.
+    pub body_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_sessions: 1000,
+            session_idle_timeout: Duration::from_secs(30 * 60),
+            max_calls_per_session: 32,
+            max_connections: 1024,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -52,7 +83,23 @@ pub struct BackendConfig {
     pub timeout: Duration,
     /// Which protocol revision toolmux speaks to it.
     pub protocol: Protocol,
+    /// Whether each client session gets a backend session of its own.
+    pub session: SessionMode,
+    /// For `per_client` stdio backends: child processes at once, over all client sessions.
+    pub max_instances: usize,
 }
+
+/// Whose backend session a client's requests use (`backends[].session`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionMode {
+    /// An upstream session per (client session, backend), opened on first use: what the
+    /// backend keeps per session (a browser page, a working directory) stays one client's.
+    PerClient,
+    /// One connection for every client: for stateless backends.
+    Shared,
+}
+
+pub const DEFAULT_MAX_INSTANCES: usize = 16;
 
 /// The protocol revision toolmux speaks to a backend (`backends[].protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -93,7 +140,11 @@ pub struct OptimizerConfig {
     pub cache_dir: Option<PathBuf>,
     /// Replaces find_tool's description (a hint of what is available helps agents use it).
     pub find_tool_description: Option<String>,
+    /// Longest `tool_description`, and longest `tool_keywords` joined, find_tool accepts.
+    pub max_query_chars: usize,
 }
+
+pub const DEFAULT_MAX_QUERY_CHARS: usize = 2000;
 
 #[derive(Debug, Clone)]
 pub struct HealthConfig {
@@ -250,7 +301,46 @@ impl Validator<'_> {
                 DEFAULT_MAX_BODY
             }
         };
-        ServerConfig { listen, path, mode, max_body, allowed_origins: raw.allowed_origins.unwrap_or_default() }
+        let d = Limits::default();
+        let limits = Limits {
+            max_sessions: self.count("server.max_sessions", raw.max_sessions, d.max_sessions),
+            session_idle_timeout: self.positive(
+                "server.session_idle_timeout",
+                raw.session_idle_timeout.as_deref(),
+                d.session_idle_timeout,
+            ),
+            max_calls_per_session: self.count(
+                "server.max_calls_per_session",
+                raw.max_calls_per_session,
+                d.max_calls_per_session,
+            ),
+            max_connections: self.count("server.max_connections", raw.max_connections, d.max_connections),
+            header_timeout: self.positive("server.header_timeout", raw.header_timeout.as_deref(), d.header_timeout),
+            body_timeout: self.positive("server.body_timeout", raw.body_timeout.as_deref(), d.body_timeout),
+        };
+        ServerConfig { listen, path, mode, max_body, allowed_origins: raw.allowed_origins.unwrap_or_default(), limits }
+    }
+
+    /// A count of at least 1.
+    fn count(&mut self, key: &str, value: Option<i64>, default: usize) -> usize {
+        match value {
+            None => default,
+            Some(n) if n >= 1 => n as usize,
+            Some(n) => {
+                self.problem(key, format!("{n} must be at least 1"));
+                default
+            }
+        }
+    }
+
+    /// A duration of more than zero.
+    fn positive(&mut self, key: &str, value: Option<&str>, default: Duration) -> Duration {
+        let d = self.duration(key, value, default);
+        if d.is_zero() {
+            self.problem(key, "must be more than zero");
+            return default;
+        }
+        d
     }
 
     fn backends(&mut self, raws: Vec<raw::Backend>) -> Vec<BackendConfig> {
@@ -341,7 +431,22 @@ impl Validator<'_> {
                     Transport::Stdio { command, args: b.args.unwrap_or_default(), env, cwd: b.cwd.map(PathBuf::from) }
                 }
             };
-            out.push(BackendConfig { name, transport, timeout, protocol });
+            let session = match b.session.as_deref() {
+                // A stdio child serves one client anyway; a child per client session costs a
+                // process each, so it is chosen, not assumed.
+                None if matches!(transport, Transport::Stdio { .. }) => SessionMode::Shared,
+                None | Some("per_client") => SessionMode::PerClient,
+                Some("shared") => SessionMode::Shared,
+                Some(other) => {
+                    self.problem(key("session"), format!("`{other}` is not one of \"per_client\", \"shared\""));
+                    SessionMode::Shared
+                }
+            };
+            let max_instances = self.count(&key("max_instances"), b.max_instances, DEFAULT_MAX_INSTANCES);
+            if b.max_instances.is_some() && !matches!(transport, Transport::Stdio { .. }) {
+                self.problem(key("max_instances"), "only stdio backends (with `command`) take this key");
+            }
+            out.push(BackendConfig { name, transport, timeout, protocol, session, max_instances });
         }
         out
     }
@@ -401,6 +506,7 @@ impl Validator<'_> {
             model_dir: raw.model_dir.map(PathBuf::from),
             cache_dir: raw.cache_dir.map(PathBuf::from),
             find_tool_description: raw.find_tool_description,
+            max_query_chars: self.count("optimizer.max_query_chars", raw.max_query_chars, DEFAULT_MAX_QUERY_CHARS),
         }
     }
 

@@ -27,6 +27,12 @@ pub struct Server {
     pub mode: Option<String>,
     pub max_body: Option<u64>,
     pub allowed_origins: Option<Vec<String>>,
+    pub max_sessions: Option<i64>,
+    pub session_idle_timeout: Option<String>,
+    pub max_calls_per_session: Option<i64>,
+    pub max_connections: Option<i64>,
+    pub header_timeout: Option<String>,
+    pub body_timeout: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -41,6 +47,8 @@ pub struct Backend {
     pub cwd: Option<String>,
     pub timeout: Option<String>,
     pub protocol: Option<String>,
+    pub session: Option<String>,
+    pub max_instances: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -75,6 +83,7 @@ pub struct Optimizer {
     pub model_dir: Option<String>,
     pub cache_dir: Option<String>,
     pub find_tool_description: Option<String>,
+    pub max_query_chars: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

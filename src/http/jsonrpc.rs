@@ -47,6 +47,12 @@ impl Rejection {
 }
 
 /// Checks one POST body.
+/// The id of `body` if it is an `initialize` request (call after [`check`] accepted it).
+pub fn initialize_id(body: &[u8]) -> Option<Value> {
+    let msg: serde_json::Map<String, Value> = serde_json::from_slice(body).ok()?;
+    (msg.get("method")?.as_str()? == "initialize").then(|| msg.get("id").cloned().unwrap_or(Value::Null))
+}
+
 pub fn check(body: &[u8]) -> Result<(), Rejection> {
     let value = parse_strict(body)?;
     let msg = match value {

@@ -2,13 +2,17 @@
 //! (every backend listed or failed once, and the tool index built). Host and Origin checks are
 //! rmcp's: on a loopback bind, a non-local Host or Origin gets 403. In front of rmcp, toolmux
 //! answers what rmcp would answer in plain text or with the wrong code: an oversized body (413),
-//! a body that is not one well-formed message ([`jsonrpc`]), and `DELETE` (200 when a session
-//! ends, 404 for one that does not exist).
+//! a body that does not arrive within `server.body_timeout` (408), a body that is not one
+//! well-formed message ([`jsonrpc`]), a new session past `server.max_sessions` (503), and
+//! `DELETE` (200 when a session ends, 404 for one that does not exist). Connection limits are
+//! [`serve`]'s.
 
 pub mod jsonrpc;
+pub mod serve;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
@@ -45,14 +49,22 @@ pub fn router(gw: Arc<Gateway>, server: &ServerConfig, bound: SocketAddr, ct: &C
         cfg = cfg.disable_allowed_hosts();
     }
     let handler_gw = gw.clone();
-    let sessions = Arc::new(LocalSessionManager::default());
+    let mut sessions = LocalSessionManager::default();
+    // rmcp ends a session after this long without a message; its upstream sessions end with it.
+    sessions.session_config.keep_alive = Some(server.limits.session_idle_timeout);
+    let sessions = Arc::new(sessions);
     let mcp = StreamableHttpService::new(move || Ok(GatewayHandler::new(handler_gw.clone())), sessions.clone(), cfg);
     let ready_gw = gw;
-    let max_body = server.max_body;
-    let mcp = Router::new()
-        .fallback_service(mcp)
-        .layer(axum::middleware::from_fn(move |req, next| check_json_rpc(req, next, max_body)))
-        .layer(axum::middleware::from_fn(move |req, next| end_session(req, next, sessions.clone())));
+    let edge = Arc::new(Edge {
+        sessions,
+        max_body: server.max_body,
+        body_timeout: server.limits.body_timeout,
+        max_sessions: server.limits.max_sessions,
+    });
+    let mcp = Router::new().fallback_service(mcp).layer(axum::middleware::from_fn(move |req, next| {
+        let edge = edge.clone();
+        async move { edge.check(req, next).await }
+    }));
     Router::new().nest_service(&server.path, mcp).route("/healthz", get(|| async { "ok\n" })).route(
         "/readyz",
         get(move || {
@@ -68,46 +80,89 @@ pub fn router(gw: Arc<Gateway>, server: &ServerConfig, bound: SocketAddr, ct: &C
     )
 }
 
-/// Answers a POST body that is not one well-formed message with its JSON-RPC error (see
-/// [`jsonrpc`]), and one over `max_body` with 413, before the MCP service sees it.
-async fn check_json_rpc(req: Request, next: Next, max_body: usize) -> Response {
-    if req.method() != axum::http::Method::POST {
-        return next.run(req).await;
-    }
-    let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, max_body).await {
-        Ok(b) => b,
-        Err(_) => {
-            return (StatusCode::PAYLOAD_TOO_LARGE, format!("request body over server.max_body ({max_body} bytes)\n"))
-                .into_response();
-        }
-    };
-    if let Err(rejection) = jsonrpc::check(&bytes) {
-        return (rejection.http_status(), axum::Json(rejection.body())).into_response();
-    }
-    next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+/// What toolmux checks before rmcp sees a request.
+struct Edge {
+    sessions: Arc<LocalSessionManager>,
+    max_body: usize,
+    body_timeout: Duration,
+    max_sessions: usize,
 }
 
-/// `DELETE` of a session: 404 when there is no such session (the spec's answer for any request
-/// on an ended session), and 200 when it ends. rmcp answers 202 either way, which clients read
-/// as a failed termination (the Python SDK accepts only 200 and 204).
-async fn end_session(req: Request, next: Next, sessions: Arc<LocalSessionManager>) -> Response {
-    if req.method() != axum::http::Method::DELETE {
-        return next.run(req).await;
-    }
-    let id = req.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    if let Some(id) = id {
-        let known = sessions.sessions.read().await.contains_key(id.as_str());
-        if !known {
-            return (StatusCode::NOT_FOUND, "no such session\n").into_response();
+impl Edge {
+    async fn check(&self, req: Request, next: Next) -> Response {
+        match *req.method() {
+            axum::http::Method::POST => self.post(req, next).await,
+            axum::http::Method::DELETE => self.delete(req, next).await,
+            _ => next.run(req).await,
         }
     }
-    let mut response = next.run(req).await;
-    if response.status() == StatusCode::ACCEPTED {
-        *response.status_mut() = StatusCode::OK;
+
+    /// Answers a body over `max_body` with 413, one that does not arrive in time with 408, one
+    /// that is not one well-formed message with its JSON-RPC error (see [`jsonrpc`]), and an
+    /// `initialize` past `max_sessions` with 503.
+    async fn post(&self, req: Request, next: Next) -> Response {
+        let (parts, body) = req.into_parts();
+        let max_body = self.max_body;
+        let bytes = match tokio::time::timeout(self.body_timeout, axum::body::to_bytes(body, max_body)).await {
+            Err(_) => {
+                let after = humantime::format_duration(self.body_timeout);
+                return (
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("request body not received within {after} (server.body_timeout)\n"),
+                )
+                    .into_response();
+            }
+            Ok(Err(_)) => {
+                return (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body over server.max_body ({max_body} bytes)\n"),
+                )
+                    .into_response();
+            }
+            Ok(Ok(b)) => b,
+        };
+        if let Err(rejection) = jsonrpc::check(&bytes) {
+            return (rejection.http_status(), axum::Json(rejection.body())).into_response();
+        }
+        if !parts.headers.contains_key(SESSION_HEADER)
+            && let Some(id) = jsonrpc::initialize_id(&bytes)
+        {
+            let open = self.sessions.sessions.read().await.len();
+            if open >= self.max_sessions {
+                let message = format!(
+                    "toolmux already serves {open} sessions, its limit (server.max_sessions); close a session you no longer use, or try again later"
+                );
+                let body =
+                    serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": SERVER_BUSY, "message": message}});
+                return (StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::RETRY_AFTER, "5")], axum::Json(body))
+                    .into_response();
+            }
+        }
+        next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
     }
-    response
+
+    /// `DELETE` of a session: 404 when there is no such session (the spec's answer for any
+    /// request on an ended session), and 200 when it ends. rmcp answers 202 either way, which
+    /// clients read as a failed termination (the Python SDK accepts only 200 and 204).
+    async fn delete(&self, req: Request, next: Next) -> Response {
+        let id = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        if let Some(id) = id {
+            let known = self.sessions.sessions.read().await.contains_key(id.as_str());
+            if !known {
+                return (StatusCode::NOT_FOUND, "no such session\n").into_response();
+            }
+        }
+        let mut response = next.run(req).await;
+        if response.status() == StatusCode::ACCEPTED {
+            *response.status_mut() = StatusCode::OK;
+        }
+        response
+    }
 }
+
+const SESSION_HEADER: &str = "mcp-session-id";
+/// JSON-RPC's implementation-defined server error, for a refused new session.
+pub const SERVER_BUSY: i32 = -32000;
 
 /// `https://app.example.com:8443` → `app.example.com:8443`.
 fn host_of(origin: &str) -> &str {

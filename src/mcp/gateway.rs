@@ -8,22 +8,25 @@
 //! computed over a scope the gateway already knows to be wrong. The workers swap eagerly too,
 //! and in passthrough mode send `tools/list_changed` on the debounced notice ticks.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use rmcp::service::{Peer, RoleServer};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Aggregation;
-use crate::config::Mode;
+use crate::config::{Limits, Mode};
 use crate::health::Monitor;
 use crate::health::notifier::Notifier;
-use crate::mcp::relay::Hub;
+use crate::mcp::relay::{Hub, SessionRelay};
 use crate::mcp::rounds::Parked;
 use crate::session::{Caller, Policy, SessionHandle, Snapshot, scope};
 use crate::store::Store;
-use crate::upstream::Upstream;
+use crate::upstream::{ClientUpstreams, Upstream};
+
+/// Stateless callers whose scopes are cached (least recently used out first).
+const STATELESS_SCOPES: usize = 1024;
 
 /// Work the gateway did, for tests and benchmarks.
 #[derive(Debug, Default)]
@@ -48,6 +51,9 @@ pub struct Parts {
     pub relay: Arc<Hub>,
     /// How long passthrough `tools/list_changed` notices are debounced once ready.
     pub notice_window: std::time::Duration,
+    pub limits: Limits,
+    /// Longest find_tool query accepted (`optimizer.max_query_chars`).
+    pub max_query_chars: usize,
     pub ct: CancellationToken,
 }
 
@@ -70,7 +76,9 @@ pub struct Gateway {
     /// Debounced ticks after scope changes: when passthrough clients are told.
     notices: Notifier,
     /// Stateless callers' scopes, used while current.
-    stateless: Mutex<HashMap<Caller, Arc<Snapshot>>>,
+    stateless: Mutex<lru::LruCache<Caller, Arc<Snapshot>>>,
+    pub limits: Limits,
+    pub max_query_chars: usize,
     ready: AtomicBool,
     pub counters: Counters,
     ct: CancellationToken,
@@ -93,7 +101,11 @@ impl Gateway {
             sessions: Mutex::new(Vec::new()),
             epoch,
             notices: Notifier::new(p.notice_window),
-            stateless: Mutex::new(HashMap::new()),
+            stateless: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(STATELESS_SCOPES).expect("a positive capacity"),
+            )),
+            limits: p.limits,
+            max_query_chars: p.max_query_chars,
             ready: AtomicBool::new(false),
             counters: Counters::default(),
             ct: p.ct,
@@ -131,18 +143,26 @@ impl Gateway {
         next
     }
 
-    /// Registers a session and starts its resync worker.
-    pub fn open_session(self: &Arc<Self>, caller: Caller) -> Arc<SessionHandle> {
+    /// Registers a session of the client `peer`, gives it its own upstream sessions, and starts
+    /// its resync worker (which ends with the session). Without a peer (benchmarks) the session
+    /// has no upstream sessions of its own.
+    pub fn open_session(self: &Arc<Self>, caller: Caller, peer: Option<Peer<RoleServer>>) -> Arc<SessionHandle> {
         // Subscribe first: a change while the first snapshot is built still reaches the worker.
         let rx = self.epoch.subscribe();
         let notices = self.notices.subscribe();
-        let handle = SessionHandle::new(caller.clone(), self.scope_for(&caller));
+        let handle = SessionHandle::new(caller.clone(), self.scope_for(&caller), self.limits.max_calls_per_session);
+        if let Some(peer) = peer {
+            let relay = SessionRelay { hub: self.relay.clone(), peer: peer.clone(), level: handle.level.clone() };
+            handle.set_upstreams(ClientUpstreams::new(Arc::new(relay), self.limits.session_idle_timeout));
+            handle.set_peer(peer);
+        }
         {
             let mut sessions = self.sessions.lock().expect("sessions lock");
             sessions.retain(|w| w.strong_count() > 0);
             sessions.push(Arc::downgrade(&handle));
         }
-        tokio::spawn(resync_worker(Arc::downgrade(self), Arc::downgrade(&handle), rx, notices, self.ct.clone()));
+        let stop = [self.ct.clone(), handle.ended()];
+        tokio::spawn(resync_worker(Arc::downgrade(self), Arc::downgrade(&handle), rx, notices, stop));
         handle
     }
 
@@ -160,7 +180,7 @@ impl Gateway {
             return s.clone();
         }
         let s = Arc::new(self.scope_for(caller));
-        cache.insert(caller.clone(), s.clone());
+        cache.put(caller.clone(), s.clone());
         s
     }
 
@@ -215,7 +235,7 @@ async fn resync_worker(
     session: Weak<SessionHandle>,
     mut scopes: watch::Receiver<u64>,
     mut notices: watch::Receiver<u64>,
-    ct: CancellationToken,
+    [ct, ended]: [CancellationToken; 2],
 ) {
     // What the client was last told it has: its first snapshot, then each one notified.
     let mut told = match session.upgrade() {
@@ -225,6 +245,7 @@ async fn resync_worker(
     loop {
         let notice = tokio::select! {
             _ = ct.cancelled() => return,
+            _ = ended.cancelled() => return,
             r = scopes.changed() => if r.is_err() { return } else { false },
             r = notices.changed() => if r.is_err() { return } else { true },
         };

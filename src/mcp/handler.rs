@@ -31,14 +31,14 @@ use sha2::{Digest, Sha256};
 
 use super::gateway::Gateway;
 use super::meta::{self, CALL_TOOL, FIND_TOOL, TokenMetrics, Unavailable};
-use super::relay::{Ask, Relayed};
+use super::relay::{Ask, CallClient, Relayed};
 use super::rounds::{self, Parked, PendingCall, Retry};
 use crate::catalog::ConflictResolution;
 use crate::config::Mode;
 use crate::index::{AllowList, Slot};
 use crate::session::{Caller, SessionHandle, Snapshot};
 use crate::store::{Query, Ranker};
-use crate::upstream::{Answer, Backend, CallError};
+use crate::upstream::{Answer, Backend, CallError, Link};
 
 /// Scheduler turns given to trailing backend notifications after a call's result arrives.
 const RELAY_SETTLE_YIELDS: usize = 4;
@@ -65,12 +65,36 @@ impl GatewayHandler {
         self.gw.upstream.backends.iter().filter(|b| self.gw.advertisable(b.name()))
     }
 
+    /// The connection a request to `backend` travels on: this session's own upstream session
+    /// for a `per_client` backend (opened now if need be), else the gateway's shared one.
+    async fn link(&self, backend: &Arc<Backend>) -> Result<Link, CallError> {
+        match self.session.get().and_then(|s| s.upstreams()) {
+            Some(upstreams) => upstreams.link(backend).await,
+            None => backend.shared_link(),
+        }
+    }
+
     /// find_tool over `snap` (also used by `toolmux find`).
     pub async fn find_tool(&self, args: Option<&rmcp::model::JsonObject>, snap: &Snapshot) -> CallToolResult {
         let args = match meta::parse_find(args) {
             Ok(a) => a,
             Err(msg) => return meta::error_result(msg),
         };
+        // Checked before anything is tokenised or cached: the model reads 256 word pieces
+        // (about a thousand characters) and ignores the rest anyway.
+        let max = self.gw.max_query_chars;
+        let description_chars = args.description.chars().count();
+        let keyword_chars: usize = args.keywords.iter().map(|k| k.chars().count() + 1).sum();
+        if description_chars > max {
+            return meta::error_result(format!(
+                "tool_description is {description_chars} characters; the limit is {max} (optimizer.max_query_chars). Describe the capability you need in a sentence or two."
+            ));
+        }
+        if keyword_chars > max {
+            return meta::error_result(format!(
+                "tool_keywords add up to {keyword_chars} characters; the limit is {max} (optimizer.max_query_chars). Give a few distinctive words."
+            ));
+        }
         let query = Query { description: args.description, keywords: args.keywords };
         let n = self.gw.max_tools;
         let generation = &snap.generation;
@@ -167,6 +191,24 @@ impl GatewayHandler {
             ))
             .into());
         }
+        // A place among the session's running calls, then the connection to use.
+        let permit = match self.session.get() {
+            Some(s) => match s.calls.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    let max = self.gw.limits.max_calls_per_session;
+                    return Ok(meta::error_result(format!(
+                        "this session already has {max} calls running (server.max_calls_per_session); wait for one to finish, then call {name} again"
+                    ))
+                    .into());
+                }
+            },
+            None => None,
+        };
+        let link = match self.link(&backend).await {
+            Ok(l) => l,
+            Err(e) => return call_error(self.gw.mode, e).map(|r| r.completed().into()),
+        };
         params.name = tool.key.tool.to_string().into();
         // rmcp moves the request's `_meta` into the context, and gives the forwarded request a
         // progress token of its own; the relay maps that one back to the client's. A client
@@ -177,18 +219,20 @@ impl GatewayHandler {
         } else {
             (None, None)
         };
-        let (guard, relayed) = self.gw.relay.begin_call(
-            backend.name(),
-            self.session.get().map(|s| s.id),
-            ctx.peer.clone(),
-            ctx.id.clone(),
-            ctx.meta.get_progress_token(),
-            asks_tx,
-        );
+        let client = CallClient {
+            session: self.session.get().map(|s| s.id),
+            peer: ctx.peer.clone(),
+            request: ctx.id.clone(),
+            token: ctx.meta.get_progress_token(),
+            level: self.session.get().map(|s| s.level.clone()),
+        };
+        let (guard, relayed) = self.gw.relay.begin_call(link.conn, client, asks_tx);
         // What the client can do: from its request (2026-07-28) or its session's initialize.
         let client = ctx.meta.client_capabilities().or_else(|| ctx.peer.peer_info().map(|i| i.capabilities.clone()));
         let mut call = PendingCall {
             backend,
+            link,
+            permit,
             caller,
             params,
             client,
@@ -408,8 +452,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
-        let session = self.gw.open_session(caller_of(&context));
-        session.set_peer(context.peer.clone());
+        let session = self.gw.open_session(caller_of(&context), Some(context.peer.clone()));
         let _ = self.session.set(session);
         self.negotiate_initialize(&request)
     }
@@ -458,19 +501,18 @@ impl ServerHandler for GatewayHandler {
         Ok(result.completed().into())
     }
 
-    /// Forwarded to every advertised backend: the client asked for this level of detail.
+    /// This session's level: log messages below it are not passed on, and its own upstream
+    /// sessions are told. Shared connections are not: that would change what others hear.
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        for b in self.advertisable_backends() {
-            if let Some(peer) = b.peer()
-                && peer.peer_info().is_some_and(|i| i.capabilities.logging.is_some())
-                && let Err(e) = peer.set_level(request.clone()).await
-            {
-                tracing::debug!(backend = b.name(), %e, "logging/setLevel not accepted");
-            }
+        let Some(session) = self.session.get() else { return Ok(()) };
+        session.level.set(request.level);
+        if let Some(upstreams) = session.upstreams() {
+            let backends: Vec<_> = self.advertisable_backends().cloned().collect();
+            upstreams.set_level(request.level, &backends).await;
         }
         Ok(())
     }
@@ -493,7 +535,8 @@ impl ServerHandler for GatewayHandler {
         let Some(backend) = owner else {
             return Ok(CompleteResult::new(CompletionInfo::default()));
         };
-        backend.complete(request, &context.ct).await.map(Completed::completed).map_err(wire_error)
+        let link = self.link(&backend).await.map_err(wire_error)?;
+        backend.complete(&link, request, &context.ct).await.map(Completed::completed).map_err(wire_error)
     }
 
     async fn subscribe(
@@ -505,8 +548,12 @@ impl ServerHandler for GatewayHandler {
             return Err(ErrorData::resource_not_found(format!("resource not found: {}", request.uri), None));
         };
         let uri = request.uri.clone();
-        backend.subscribe(request, &context.ct).await.map_err(wire_error)?;
-        self.gw.relay.subscribe(&uri, context.peer.clone());
+        let link = self.link(&backend).await.map_err(wire_error)?;
+        backend.subscribe(&link, request, &context.ct).await.map_err(wire_error)?;
+        // A client's own upstream session sends its updates to that client alone already.
+        if !link.is_own() {
+            self.gw.relay.subscribe(&uri, context.peer.clone());
+        }
         Ok(())
     }
 
@@ -515,9 +562,14 @@ impl ServerHandler for GatewayHandler {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let last = self.gw.relay.unsubscribe(&request.uri, &context.peer);
-        if last && let Some(backend) = self.resource_owner(&request.uri) {
-            backend.unsubscribe(request, &context.ct).await.map_err(wire_error)?;
+        let Some(backend) = self.resource_owner(&request.uri) else {
+            self.gw.relay.unsubscribe(&request.uri, &context.peer);
+            return Ok(());
+        };
+        let link = self.link(&backend).await.map_err(wire_error)?;
+        // On a shared connection the subscription is dropped only when no session wants it.
+        if link.is_own() || self.gw.relay.unsubscribe(&request.uri, &context.peer) {
+            backend.unsubscribe(&link, request, &context.ct).await.map_err(wire_error)?;
         }
         Ok(())
     }
@@ -591,8 +643,9 @@ impl ServerHandler for GatewayHandler {
         let Some(backend) = self.resource_owner(&uri) else {
             return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
         };
+        let link = self.link(&backend).await.map_err(wire_error)?;
         let answer =
-            self.with_rounds(&context, backend.name(), request, |p| backend.read_resource(p, &context.ct)).await;
+            self.with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct)).await;
         match answer {
             Ok(Answer::Complete(r)) => Ok(r.completed().into()),
             Ok(Answer::InputRequired(r)) => Ok(r.into()),
@@ -617,7 +670,9 @@ impl ServerHandler for GatewayHandler {
             return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
         };
         request.name = original;
-        let answer = self.with_rounds(&context, backend.name(), request, |p| backend.get_prompt(p, &context.ct)).await;
+        let link = self.link(&backend).await.map_err(wire_error)?;
+        let answer =
+            self.with_rounds(&context, backend.name(), request, |p| backend.get_prompt(&link, p, &context.ct)).await;
         match answer {
             Ok(Answer::Complete(r)) => Ok(r.completed().into()),
             Ok(Answer::InputRequired(r)) => Ok(r.into()),
@@ -715,9 +770,11 @@ fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {
             }
         },
         CallError::Cancelled => Err(ErrorData::internal_error("the request was cancelled", None)),
-        e @ (CallError::NotConnected { .. } | CallError::Timeout { .. } | CallError::ConnectionLost { .. }) => {
-            Ok(meta::error_result(e.to_string()))
-        }
+        e @ (CallError::NotConnected { .. }
+        | CallError::Timeout { .. }
+        | CallError::ConnectionLost { .. }
+        | CallError::AtCapacity { .. }
+        | CallError::SessionFailed { .. }) => Ok(meta::error_result(e.to_string())),
     }
 }
 

@@ -2,11 +2,19 @@
 //! and elicitation requests, progress and log notifications; and resource updates, carried to
 //! the sessions that subscribed.
 //!
-//! A forwarded call registers itself ([`Hub::begin_call`]) for as long as it runs, and learns the
-//! id and progress token rmcp gives the forwarded request ([`CallGuard::sent`]).
+//! A forwarded call registers itself ([`Hub::begin_call`]) with the connection it travels on, for
+//! as long as it runs, and learns the id and progress token rmcp gives the forwarded request
+//! ([`CallGuard::sent`]). Ids a backend sees are only unique on one connection, so everything
+//! is keyed by (connection, id).
 //!
-//! - Progress is routed by token: the backend reports under the forwarded request's token, which
-//!   maps back to the client's own, so two sessions using the same token never see each other's.
+//! A client session's own upstream sessions (`per_client` backends) route by construction: their
+//! traffic comes through a [`SessionRelay`] bound to that session, and goes to its calls or,
+//! with none running, to the session itself (its standalone stream). The rules below are for the
+//! gateway's shared connections ([`Hub`]).
+//!
+//! - Progress is routed by (connection, token): the backend reports under the forwarded
+//!   request's token, which maps back to the client's own, so two sessions using the same token
+//!   never see each other's.
 //! - A backend request (sampling, elicitation) that arrived on the response stream of one of our
 //!   calls (streamable HTTP backends, SEP-2260) goes to exactly that call's client, and rides
 //!   the stream of the client's own `tools/call` there too.
@@ -14,7 +22,8 @@
 //!   and every log line, goes to the one client session with calls running on that backend. If
 //!   calls from several sessions are running, nothing on the wire says which one it belongs to:
 //!   a request is refused with an error the backend sees, a log line is dropped. Sending one
-//!   client's prompt to another client would be worse than either.
+//!   client's prompt to another client would be worse than either. (A `per_client` backend never
+//!   meets this.) A log line is passed on only at or above the session's `logging/setLevel`.
 //! - A client without a session (2026-07-28) cannot be sent a request at all: a backend request
 //!   for such a call is handed to the call itself as an [`Ask`], which answers its client with an
 //!   input-required result and the backend once the client retries (`mcp::rounds`).
@@ -37,7 +46,8 @@ use rmcp::service::{OriginatingRequestId, Peer, RoleServer};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::upstream::Relay;
+use crate::session::LogLevel;
+use crate::upstream::{Relay, Source};
 
 /// How long a backend request naming one of our calls waits for that call to finish registering
 /// (the request can overtake [`CallGuard::sent`] by a scheduling step).
@@ -64,6 +74,8 @@ struct Call {
     tx: mpsc::UnboundedSender<Relayed>,
     /// For a client without a session: where backend requests go instead of to the client.
     asks: Option<mpsc::UnboundedSender<Ask>>,
+    /// The session's chosen log level.
+    level: Option<Arc<LogLevel>>,
 }
 
 /// A notification to pass to the client of a call.
@@ -89,6 +101,7 @@ struct Target {
     client_request: RequestId,
     tx: mpsc::UnboundedSender<Relayed>,
     asks: Option<mpsc::UnboundedSender<Ask>>,
+    level: Option<Arc<LogLevel>>,
 }
 
 /// Why backend traffic has nowhere to go.
@@ -103,21 +116,24 @@ enum Unroutable {
 #[derive(Default)]
 pub struct Hub {
     next: AtomicU64,
-    /// Calls running, by backend, oldest first.
-    calls: Mutex<HashMap<String, Vec<Call>>>,
-    /// Gateway progress token → (the call's channel, the client's own token).
-    progress: Mutex<HashMap<String, (mpsc::UnboundedSender<Relayed>, ProgressToken)>>,
+    /// Calls running, by connection, oldest first.
+    calls: Mutex<HashMap<u64, Vec<Call>>>,
+    /// (connection, forwarded request's progress token) → (the call's channel, the client's own token).
+    progress: Mutex<HashMap<(u64, String), ProgressRoute>>,
     /// Resource URI → sessions subscribed to it.
     subscriptions: Mutex<HashMap<String, Vec<Peer<RoleServer>>>>,
 }
 
+/// Where progress under one forwarded token goes: the call's channel, and the client's own token.
+type ProgressRoute = (mpsc::UnboundedSender<Relayed>, ProgressToken);
+
 /// Unregisters a call when it ends, however it ends.
 pub struct CallGuard {
     hub: Arc<Hub>,
-    backend: String,
+    conn: u64,
     id: u64,
     /// The backend-side progress token routed to this call.
-    token: Mutex<Option<String>>,
+    token: Mutex<Option<(u64, String)>>,
     client_token: Option<ProgressToken>,
     tx: mpsc::UnboundedSender<Relayed>,
 }
@@ -131,13 +147,13 @@ impl CallGuard {
             .calls
             .lock()
             .expect("relay lock")
-            .get_mut(&self.backend)
+            .get_mut(&self.conn)
             .and_then(|calls| calls.iter_mut().find(|c| c.id == self.id))
         {
             call.backend_request = Some(backend_request.clone());
         }
         let Some(original) = self.client_token.clone() else { return };
-        let key = token_key(backend_token);
+        let key = (self.conn, token_key(backend_token));
         self.hub.progress.lock().expect("relay lock").insert(key.clone(), (self.tx.clone(), original));
         *self.token.lock().expect("relay lock") = Some(key);
     }
@@ -152,9 +168,14 @@ fn token_key(t: &ProgressToken) -> String {
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        if let Some(calls) = self.hub.calls.lock().expect("relay lock").get_mut(&self.backend) {
-            calls.retain(|c| c.id != self.id);
+        let mut calls = self.hub.calls.lock().expect("relay lock");
+        if let Some(on_conn) = calls.get_mut(&self.conn) {
+            on_conn.retain(|c| c.id != self.id);
+            if on_conn.is_empty() {
+                calls.remove(&self.conn);
+            }
         }
+        drop(calls);
         if let Some(t) = self.token.lock().expect("relay lock").take() {
             self.hub.progress.lock().expect("relay lock").remove(&t);
         }
@@ -166,52 +187,44 @@ impl Hub {
         Arc::new(Self::default())
     }
 
-    /// Registers a call to `backend` made by `peer` in `session` (`None` for a stateless
-    /// request) with the client's request id `client_request`. The receiver yields the
+    /// Registers a call on connection `conn` made by `client`. The receiver yields the
     /// notifications to send to the client while the call runs; progress goes back under
-    /// `client_token`, once [`CallGuard::sent`] names the token the backend will use. With
-    /// `asks`, backend requests for this call are handed over there instead of sent to `peer`.
+    /// `client.token`, once [`CallGuard::sent`] names the token the backend will use. With
+    /// `asks`, backend requests for this call are handed over there instead of sent to the client.
     pub fn begin_call(
         self: &Arc<Self>,
-        backend: &str,
-        session: Option<u64>,
-        peer: Peer<RoleServer>,
-        client_request: RequestId,
-        client_token: Option<ProgressToken>,
+        conn: u64,
+        client: CallClient,
         asks: Option<mpsc::UnboundedSender<Ask>>,
     ) -> (CallGuard, mpsc::UnboundedReceiver<Relayed>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.calls.lock().expect("relay lock").entry(backend.to_string()).or_default().push(Call {
+        let client_token = client.token;
+        self.calls.lock().expect("relay lock").entry(conn).or_default().push(Call {
             id,
-            session,
-            peer,
-            client_request,
+            session: client.session,
+            peer: client.peer,
+            client_request: client.request,
             backend_request: None,
             tx: tx.clone(),
             asks,
+            level: client.level,
         });
-        let guard = CallGuard {
-            hub: self.clone(),
-            backend: backend.to_string(),
-            id,
-            token: Mutex::new(None),
-            client_token,
-            tx,
-        };
+        let guard = CallGuard { hub: self.clone(), conn, id, token: Mutex::new(None), client_token, tx };
         (guard, rx)
     }
 
-    /// The call that backend traffic belongs to: the one whose forwarded request is `origin`,
-    /// or, with no origin, the calls of the only session with calls running on `backend`.
-    fn route(&self, backend: &str, origin: Option<&RequestId>) -> Result<Target, Unroutable> {
+    /// The call that traffic on connection `conn` belongs to: the one whose forwarded request is
+    /// `origin`, or, with no origin, the calls of the only session with calls running on it.
+    fn route(&self, conn: u64, origin: Option<&RequestId>) -> Result<Target, Unroutable> {
         let calls = self.calls.lock().expect("relay lock");
-        let running = calls.get(backend).map(Vec::as_slice).unwrap_or_default();
+        let running = calls.get(&conn).map(Vec::as_slice).unwrap_or_default();
         let target = |c: &Call| Target {
             peer: c.peer.clone(),
             client_request: c.client_request.clone(),
             tx: c.tx.clone(),
             asks: c.asks.clone(),
+            level: c.level.clone(),
         };
         if let Some(origin) = origin {
             return running
@@ -231,10 +244,10 @@ impl Hub {
     }
 
     /// [`Hub::route`] for a backend request, giving a call that is still registering a moment.
-    async fn route_request(&self, backend: &str, origin: Option<&RequestId>) -> Result<Target, Unroutable> {
+    async fn route_request(&self, conn: u64, origin: Option<&RequestId>) -> Result<Target, Unroutable> {
         let deadline = tokio::time::Instant::now() + REGISTRATION_GRACE;
         loop {
-            match self.route(backend, origin) {
+            match self.route(conn, origin) {
                 Err(Unroutable::NoCall) if origin.is_some() && tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(2)).await;
                 }
@@ -329,43 +342,10 @@ pub async fn ask(
         .map_err(service_error)
 }
 
-impl Relay for Hub {
-    fn create_message(
-        &self,
-        backend: &str,
-        origin: Option<RequestId>,
-        params: CreateMessageRequestParams,
-    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
-        const WHAT: &str = "sampling/createMessage";
-        let backend = backend.to_string();
-        Box::pin(async move {
-            let target =
-                self.route_request(&backend, origin.as_ref()).await.map_err(|why| unroutable(WHAT, &backend, why))?;
-            let request = InputRequest::CreateMessage(CreateMessageRequest::new(params));
-            let answer = ask_client(target, request).await?;
-            serde_json::from_value(answer.clone()).map_err(|_| unexpected_answer(WHAT, &answer))
-        })
-    }
-
-    fn create_elicitation(
-        &self,
-        backend: &str,
-        origin: Option<RequestId>,
-        params: ElicitRequestParams,
-    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
-        const WHAT: &str = "elicitation/create";
-        let backend = backend.to_string();
-        Box::pin(async move {
-            let target =
-                self.route_request(&backend, origin.as_ref()).await.map_err(|why| unroutable(WHAT, &backend, why))?;
-            let request = InputRequest::Elicitation(ElicitRequest::new(params));
-            let answer = ask_client(target, request).await?;
-            serde_json::from_value(answer.clone()).map_err(|_| unexpected_answer(WHAT, &answer))
-        })
-    }
-
-    fn progress(&self, _backend: &str, mut params: ProgressNotificationParam) {
-        let key = token_key(&params.progress_token);
+impl Hub {
+    /// Progress from connection `conn`, to the call whose forwarded request carries its token.
+    fn relay_progress(&self, conn: u64, mut params: ProgressNotificationParam) {
+        let key = (conn, token_key(&params.progress_token));
         let Some((tx, original)) = self.progress.lock().expect("relay lock").get(&key).cloned() else {
             return;
         };
@@ -373,16 +353,80 @@ impl Relay for Hub {
         let _ = tx.send(Relayed::Progress(params));
     }
 
-    fn logging(&self, backend: &str, params: LoggingMessageNotificationParam) {
-        match self.route(backend, None) {
-            Ok(target) => {
+    /// A backend request from `from`, to the client of the call it belongs to.
+    async fn relay_request(
+        &self,
+        from: Source<'_>,
+        origin: Option<RequestId>,
+        request: InputRequest,
+    ) -> Result<Value, ErrorData> {
+        let what = request_name(&request);
+        let target =
+            self.route_request(from.conn, origin.as_ref()).await.map_err(|why| unroutable(what, from.backend, why))?;
+        ask_client(target, request).await
+    }
+}
+
+fn request_name(request: &InputRequest) -> &'static str {
+    match request {
+        InputRequest::CreateMessage(_) => "sampling/createMessage",
+        InputRequest::Elicitation(_) => "elicitation/create",
+        InputRequest::ListRoots(_) => "roots/list",
+        _ => "a request",
+    }
+}
+
+/// Turns the client's answer (JSON) into the result type the backend expects.
+fn answer_as<T: serde::de::DeserializeOwned>(what: &str, answer: Result<Value, ErrorData>) -> Result<T, ErrorData> {
+    let answer = answer?;
+    serde_json::from_value(answer.clone()).map_err(|_| unexpected_answer(what, &answer))
+}
+
+/// The gateway's shared connections: traffic goes by the rules at the top of this module.
+impl Relay for Hub {
+    fn create_message(
+        &self,
+        from: Source<'_>,
+        origin: Option<RequestId>,
+        params: CreateMessageRequestParams,
+    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
+        let (backend, conn) = (from.backend.to_string(), from.conn);
+        Box::pin(async move {
+            let request = InputRequest::CreateMessage(CreateMessageRequest::new(params));
+            let from = Source { backend: &backend, conn };
+            answer_as("sampling/createMessage", self.relay_request(from, origin, request).await)
+        })
+    }
+
+    fn create_elicitation(
+        &self,
+        from: Source<'_>,
+        origin: Option<RequestId>,
+        params: ElicitRequestParams,
+    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
+        let (backend, conn) = (from.backend.to_string(), from.conn);
+        Box::pin(async move {
+            let request = InputRequest::Elicitation(ElicitRequest::new(params));
+            let from = Source { backend: &backend, conn };
+            answer_as("elicitation/create", self.relay_request(from, origin, request).await)
+        })
+    }
+
+    fn progress(&self, from: Source<'_>, params: ProgressNotificationParam) {
+        self.relay_progress(from.conn, params);
+    }
+
+    fn logging(&self, from: Source<'_>, params: LoggingMessageNotificationParam) {
+        match self.route(from.conn, None) {
+            Ok(target) if target.level.as_ref().is_none_or(|l| l.allows(params.level)) => {
                 let _ = target.tx.send(Relayed::Log(params));
             }
-            Err(why) => tracing::debug!(backend, ?why, "backend log message not relayed"),
+            Ok(_) => {}
+            Err(why) => tracing::debug!(backend = from.backend, ?why, "backend log message not relayed"),
         }
     }
 
-    fn resource_updated(&self, _backend: &str, uri: &str) {
+    fn resource_updated(&self, _from: Source<'_>, uri: &str) {
         let peers = self.subscriptions.lock().expect("relay lock").get(uri).cloned().unwrap_or_default();
         for peer in peers {
             let params = ResourceUpdatedNotificationParam::new(uri.to_string());
@@ -390,6 +434,109 @@ impl Relay for Hub {
                 let _ = peer.notify_resource_updated(params).await;
             });
         }
+    }
+}
+
+/// Who makes a call, for [`Hub::begin_call`].
+pub struct CallClient {
+    /// The client session, or `None` for a stateless request (a client of its own).
+    pub session: Option<u64>,
+    pub peer: Peer<RoleServer>,
+    /// The client's `tools/call` request id: backend requests ride its response stream.
+    pub request: RequestId,
+    /// The client's progress token, if it asked for progress.
+    pub token: Option<ProgressToken>,
+    pub level: Option<Arc<LogLevel>>,
+}
+
+/// The relay of one client session's own upstream sessions: everything they send is this
+/// session's. During one of its calls, traffic rides that call's response stream (as the
+/// shared rules would route it); between calls it goes to the session's standalone stream.
+pub struct SessionRelay {
+    pub hub: Arc<Hub>,
+    pub peer: Peer<RoleServer>,
+    pub level: Arc<LogLevel>,
+}
+
+impl SessionRelay {
+    async fn request(
+        &self,
+        from: Source<'_>,
+        origin: Option<RequestId>,
+        request: InputRequest,
+    ) -> Result<Value, ErrorData> {
+        match self.hub.route_request(from.conn, origin.as_ref()).await {
+            Ok(target) => ask_client(target, request).await,
+            // Nothing of this session's is running on the connection: ask the session itself.
+            Err(_) => {
+                let peer = self.peer.clone();
+                let request = server_request(request)?;
+                let answer = tokio::spawn(async move { peer.send_request(request).await })
+                    .await
+                    .map_err(|e| ErrorData::internal_error(format!("relaying to the client failed: {e}"), None))?
+                    .map_err(service_error)?;
+                serde_json::to_value(answer).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+            }
+        }
+    }
+}
+
+impl Relay for SessionRelay {
+    fn create_message(
+        &self,
+        from: Source<'_>,
+        origin: Option<RequestId>,
+        params: CreateMessageRequestParams,
+    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
+        let (backend, conn) = (from.backend.to_string(), from.conn);
+        Box::pin(async move {
+            let request = InputRequest::CreateMessage(CreateMessageRequest::new(params));
+            let from = Source { backend: &backend, conn };
+            answer_as("sampling/createMessage", self.request(from, origin, request).await)
+        })
+    }
+
+    fn create_elicitation(
+        &self,
+        from: Source<'_>,
+        origin: Option<RequestId>,
+        params: ElicitRequestParams,
+    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
+        let (backend, conn) = (from.backend.to_string(), from.conn);
+        Box::pin(async move {
+            let request = InputRequest::Elicitation(ElicitRequest::new(params));
+            let from = Source { backend: &backend, conn };
+            answer_as("elicitation/create", self.request(from, origin, request).await)
+        })
+    }
+
+    fn progress(&self, from: Source<'_>, params: ProgressNotificationParam) {
+        self.hub.relay_progress(from.conn, params);
+    }
+
+    fn logging(&self, from: Source<'_>, params: LoggingMessageNotificationParam) {
+        if !self.level.allows(params.level) {
+            return;
+        }
+        match self.hub.route(from.conn, None) {
+            Ok(target) => {
+                let _ = target.tx.send(Relayed::Log(params));
+            }
+            Err(_) => {
+                let peer = self.peer.clone();
+                tokio::spawn(async move {
+                    let _ = peer.notify_logging_message(params).await;
+                });
+            }
+        }
+    }
+
+    fn resource_updated(&self, _from: Source<'_>, uri: &str) {
+        let peer = self.peer.clone();
+        let params = ResourceUpdatedNotificationParam::new(uri.to_string());
+        tokio::spawn(async move {
+            let _ = peer.notify_resource_updated(params).await;
+        });
     }
 }
 

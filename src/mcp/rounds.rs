@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::relay::{self, Ask, CallGuard, Relayed};
 use crate::session::Caller;
-use crate::upstream::{Answer, Backend, CallError};
+use crate::upstream::{Answer, Backend, CallError, Link};
 
 /// Rounds of input one call may take (the SDKs' own default cap).
 pub const MAX_ROUNDS: u32 = 10;
@@ -41,6 +41,10 @@ pub type CallFuture = BoxFuture<'static, Result<Answer<CallToolResult>, CallErro
 /// across the client's requests.
 pub struct PendingCall {
     pub backend: Arc<Backend>,
+    /// The connection it travels on (the client's own session, or the shared one).
+    pub link: Link,
+    /// Its place under the session's `server.max_calls_per_session`.
+    pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
     pub caller: Caller,
     /// The forwarded request, to retry with a 2026-07-28 backend's input requests answered.
     pub params: CallToolRequestParams,
@@ -61,11 +65,13 @@ pub struct PendingCall {
 impl PendingCall {
     /// Starts (or restarts, with answers) the backend request.
     pub fn start(&mut self) {
-        let (backend, params, guard, ct) =
-            (self.backend.clone(), self.params.clone(), self.guard.clone(), self.ct.clone());
+        let (backend, link, params, guard, ct) =
+            (self.backend.clone(), self.link.clone(), self.params.clone(), self.guard.clone(), self.ct.clone());
         let client = self.client.clone();
         self.call =
-            Box::pin(async move { backend.call_tool(params, client, &ct, |id, token| guard.sent(id, token)).await });
+            Box::pin(
+                async move { backend.call_tool(&link, params, client, &ct, |id, token| guard.sent(id, token)).await },
+            );
     }
 
     /// Whether the client declared the capability `ask` needs; if not, the backend is told so

@@ -11,10 +11,13 @@ use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwap;
 use rmcp::service::{Peer, RoleServer};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 use crate::catalog::CatalogTool;
 use crate::index::{AllowList, Slot};
 use crate::store::Generation;
+use crate::upstream::ClientUpstreams;
 
 /// Who is asking. Sessions and stateless callers both have one.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -125,6 +128,37 @@ pub fn scope(
     Snapshot { generation, allow, baseline_tokens, health_version: 0 }
 }
 
+/// A client session's `logging/setLevel`: log messages below it are not passed on to it.
+#[derive(Debug, Default)]
+pub struct LogLevel(std::sync::atomic::AtomicU8);
+
+#[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
+impl LogLevel {
+    pub fn set(&self, level: rmcp::model::LoggingLevel) {
+        self.0.store(rank(level) + 1, Ordering::Relaxed);
+    }
+
+    /// Whether a message at `level` reaches the client (all do until it sets a level).
+    pub fn allows(&self, level: rmcp::model::LoggingLevel) -> bool {
+        rank(level) + 1 >= self.0.load(Ordering::Relaxed)
+    }
+}
+
+#[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
+fn rank(level: rmcp::model::LoggingLevel) -> u8 {
+    use rmcp::model::LoggingLevel as L;
+    match level {
+        L::Debug => 0,
+        L::Info => 1,
+        L::Notice => 2,
+        L::Warning => 3,
+        L::Error => 4,
+        L::Critical => 5,
+        L::Alert => 6,
+        L::Emergency => 7,
+    }
+}
+
 /// One session's stable state: its current snapshot and the peer to notify.
 pub struct SessionHandle {
     /// Unique in this process: tells one session's calls from another's.
@@ -135,17 +169,42 @@ pub struct SessionHandle {
     scope: ArcSwap<Snapshot>,
     /// The client, for notifications; set at initialize.
     peer: OnceLock<Peer<RoleServer>>,
+    /// Its own upstream sessions (`per_client` backends); set at initialize.
+    upstreams: OnceLock<ClientUpstreams>,
+    /// Its `logging/setLevel`.
+    pub level: Arc<LogLevel>,
+    /// Forwarded calls it may have running at once (`server.max_calls_per_session`).
+    pub calls: Arc<Semaphore>,
+    /// Cancelled when the session ends: its tasks stop with it.
+    ended: CancellationToken,
 }
 
 impl SessionHandle {
-    pub fn new(caller: Caller, snapshot: Snapshot) -> Arc<Self> {
+    pub fn new(caller: Caller, snapshot: Snapshot, max_calls: usize) -> Arc<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         Arc::new(Self {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             caller,
             scope: ArcSwap::from_pointee(snapshot),
             peer: OnceLock::new(),
+            upstreams: OnceLock::new(),
+            level: Arc::default(),
+            calls: Arc::new(Semaphore::new(max_calls)),
+            ended: CancellationToken::new(),
         })
+    }
+
+    pub fn set_upstreams(&self, upstreams: ClientUpstreams) {
+        let _ = self.upstreams.set(upstreams);
+    }
+
+    pub fn upstreams(&self) -> Option<&ClientUpstreams> {
+        self.upstreams.get()
+    }
+
+    /// Cancelled when the session ends.
+    pub fn ended(&self) -> CancellationToken {
+        self.ended.clone()
     }
 
     /// The snapshot to use for one whole request.
@@ -164,6 +223,12 @@ impl SessionHandle {
 
     pub fn peer(&self) -> Option<&Peer<RoleServer>> {
         self.peer.get()
+    }
+}
+
+impl Drop for SessionHandle {
+    fn drop(&mut self) {
+        self.ended.cancel();
     }
 }
 
@@ -220,7 +285,8 @@ mod tests {
     #[test]
     fn a_swap_leaves_a_loaded_snapshot_alone() {
         let g = generation();
-        let h = SessionHandle::new(Caller::anonymous(), scope(g.clone(), &|_| true, &AllowAll, &Caller::anonymous()));
+        let s = scope(g.clone(), &|_| true, &AllowAll, &Caller::anonymous());
+        let h = SessionHandle::new(Caller::anonymous(), s, 1);
         let in_flight = h.snapshot();
         h.swap(Arc::new(scope(g, &|b| b == "stable", &AllowAll, &Caller::anonymous())));
         assert!(in_flight.tool("unstable_echo").is_some());

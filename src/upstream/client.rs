@@ -22,27 +22,36 @@ use rmcp::model::{
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext, RoleClient};
 use tokio::sync::Notify;
 
+/// Which connection backend traffic came on.
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    pub backend: &'a str,
+    /// The connection's number ([`super::Link::conn`]): ids the backend picks (request ids,
+    /// progress tokens) are only unique on one connection.
+    pub conn: u64,
+}
+
 /// Where backend-initiated traffic goes (the MCP layer implements it).
 pub trait Relay: Send + Sync + 'static {
-    /// `sampling/createMessage` from `backend`, to be answered by the client whose call caused it.
+    /// `sampling/createMessage` from a backend, to be answered by the client whose call caused it.
     /// `origin` is the id of our call whose response stream carried the request, if known.
     fn create_message(
         &self,
-        backend: &str,
+        from: Source<'_>,
         origin: Option<RequestId>,
         params: CreateMessageRequestParams,
     ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>>;
-    /// `elicitation/create` from `backend`, likewise.
+    /// `elicitation/create` from a backend, likewise.
     fn create_elicitation(
         &self,
-        backend: &str,
+        from: Source<'_>,
         origin: Option<RequestId>,
         params: ElicitRequestParams,
     ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>>;
-    fn progress(&self, backend: &str, params: ProgressNotificationParam);
-    fn logging(&self, backend: &str, params: LoggingMessageNotificationParam);
+    fn progress(&self, from: Source<'_>, params: ProgressNotificationParam);
+    fn logging(&self, from: Source<'_>, params: LoggingMessageNotificationParam);
     /// A backend resource changed (`notifications/resources/updated`).
-    fn resource_updated(&self, backend: &str, uri: &str);
+    fn resource_updated(&self, from: Source<'_>, uri: &str);
 }
 
 /// A relay that answers requests with an error and drops notifications.
@@ -51,7 +60,7 @@ pub struct NoRelay;
 impl Relay for NoRelay {
     fn create_message(
         &self,
-        _: &str,
+        _: Source<'_>,
         _: Option<RequestId>,
         _: CreateMessageRequestParams,
     ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
@@ -59,26 +68,39 @@ impl Relay for NoRelay {
     }
     fn create_elicitation(
         &self,
-        _: &str,
+        _: Source<'_>,
         _: Option<RequestId>,
         _: ElicitRequestParams,
     ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
         Box::pin(async { Err(ErrorData::internal_error("no client to relay elicitation to", None)) })
     }
-    fn progress(&self, _: &str, _: ProgressNotificationParam) {}
-    fn logging(&self, _: &str, _: LoggingMessageNotificationParam) {}
-    fn resource_updated(&self, _: &str, _: &str) {}
+    fn progress(&self, _: Source<'_>, _: ProgressNotificationParam) {}
+    fn logging(&self, _: Source<'_>, _: LoggingMessageNotificationParam) {}
+    fn resource_updated(&self, _: Source<'_>, _: &str) {}
 }
 
 pub struct UpstreamClient {
     backend: String,
-    relist: Arc<Notify>,
+    /// This connection's number ([`super::Link::conn`]).
+    pub conn: u64,
+    /// Rung on a list change (the gateway's own connection only).
+    relist: Option<Arc<Notify>>,
     relay: Arc<dyn Relay>,
 }
 
 impl UpstreamClient {
-    pub fn new(backend: String, relist: Arc<Notify>, relay: Arc<dyn Relay>) -> Self {
-        Self { backend, relist, relay }
+    pub fn new(backend: String, conn: u64, relist: Option<Arc<Notify>>, relay: Arc<dyn Relay>) -> Self {
+        Self { backend, conn, relist, relay }
+    }
+
+    fn relist(&self) {
+        if let Some(r) = &self.relist {
+            r.notify_one();
+        }
+    }
+
+    fn from(&self) -> Source<'_> {
+        Source { backend: &self.backend, conn: self.conn }
     }
 }
 
@@ -94,7 +116,7 @@ impl ClientHandler for UpstreamClient {
         params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        self.relay.create_message(&self.backend, origin(&context), params).await
+        self.relay.create_message(self.from(), origin(&context), params).await
     }
 
     async fn create_elicitation(
@@ -102,11 +124,11 @@ impl ClientHandler for UpstreamClient {
         params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        self.relay.create_elicitation(&self.backend, origin(&context), params).await
+        self.relay.create_elicitation(self.from(), origin(&context), params).await
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
-        self.relay.progress(&self.backend, params);
+        self.relay.progress(self.from(), params);
     }
 
     async fn on_logging_message(
@@ -114,20 +136,20 @@ impl ClientHandler for UpstreamClient {
         params: LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.relay.logging(&self.backend, params);
+        self.relay.logging(self.from(), params);
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         tracing::debug!(backend = %self.backend, "backend tools changed");
-        self.relist.notify_one();
+        self.relist();
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.relist.notify_one();
+        self.relist();
     }
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.relist.notify_one();
+        self.relist();
     }
 
     async fn on_resource_updated(
@@ -135,7 +157,7 @@ impl ClientHandler for UpstreamClient {
         params: ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.relay.resource_updated(&self.backend, &params.uri);
+        self.relay.resource_updated(self.from(), &params.uri);
     }
 }
 

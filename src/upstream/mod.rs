@@ -9,6 +9,10 @@
 //! Forwarded calls carry the backend's `timeout` and the client's cancellation: dropping the
 //! rmcp request future sends `notifications/cancelled` to the backend.
 //!
+//! Besides the gateway's own connection (listing, list changes, health probes, and the calls of
+//! `shared` backends), a `per_client` backend gets an upstream session per client session
+//! ([`ClientUpstreams`]). Every request names the connection it travels on with a [`Link`].
+//!
 //! A backend speaks 2025-11-25 (initialize, a session) unless `protocol` says 2026-07-28 or
 //! `auto`. On a 2026-07-28 connection list changes arrive through a `subscriptions/listen`
 //! stream the supervisor holds open, and a backend that needs input from the client answers
@@ -17,6 +21,7 @@
 //! the client, and that is the `mcp` layer's business.
 
 mod client;
+mod session;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,12 +38,13 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::{ClientServiceExt, ErrorData};
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{BackendConfig, Protocol, Transport};
+use crate::config::{BackendConfig, Protocol, SessionMode, Transport};
 
 pub use client::UpstreamClient;
+pub use session::{ClientUpstreams, InUse};
 
 /// First and last reconnect delays.
 const BACKOFF_START: Duration = Duration::from_millis(200);
@@ -75,16 +81,51 @@ pub enum CallError {
     ConnectionLost { backend: String, detail: String },
     #[error("the call was cancelled by the client")]
     Cancelled,
+    #[error(
+        "backend `{backend}` already runs {max} instances, one per client session (backends[].max_instances); try again when another session ends"
+    )]
+    AtCapacity { backend: String, max: usize },
+    #[error("backend `{backend}` could not open a session for this client: {detail}")]
+    SessionFailed { backend: String, detail: String },
     /// The backend answered with a JSON-RPC error.
     #[error("backend `{backend}` returned an error: {}", error.message)]
     Remote { backend: String, error: ErrorData },
 }
 
+/// The connection one request travels on: the gateway's shared one, or a client's own session.
+#[derive(Clone)]
+pub struct Link {
+    peer: Arc<Peer<RoleClient>>,
+    /// Unique in the process; what the backend sends back is keyed by it.
+    pub conn: u64,
+    own: Option<Arc<session::Conn>>,
+}
+
+impl Link {
+    fn own(conn: &Arc<session::Conn>) -> Self {
+        Self { peer: conn.peer.clone(), conn: conn.id, own: Some(conn.clone()) }
+    }
+
+    /// Whether this is a client's own upstream session.
+    pub fn is_own(&self) -> bool {
+        self.own.is_some()
+    }
+
+    /// Keeps a client's own session from going idle while a request uses it.
+    pub fn using(&self) -> Option<InUse> {
+        self.own.as_ref().map(|c| c.using())
+    }
+}
+
 /// A backend's connection, for the rest of the gateway.
 pub struct Backend {
     pub config: BackendConfig,
-    /// Set by the supervisor while connected; read by callers.
-    peer: ArcSwapOption<Peer<RoleClient>>,
+    /// The gateway's own connection: set by the supervisor while connected; read by callers.
+    shared: ArcSwapOption<Link>,
+    /// Per-client stdio children that may run at once (`max_instances`).
+    instances: Arc<Semaphore>,
+    /// Per-client upstream sessions open now.
+    client_sessions: std::sync::atomic::AtomicUsize,
     /// Written only by the supervisor.
     listing: ArcSwap<Listing>,
     /// True once the first connection attempt has finished, either way.
@@ -102,14 +143,16 @@ pub struct Backend {
 impl Backend {
     pub fn new(config: BackendConfig, changes: watch::Sender<u64>, relay: Arc<dyn client::Relay>) -> Arc<Self> {
         Arc::new(Self {
-            config,
-            peer: ArcSwapOption::empty(),
+            shared: ArcSwapOption::empty(),
+            instances: Arc::new(Semaphore::new(config.max_instances)),
+            client_sessions: Default::default(),
             listing: ArcSwap::from_pointee(Listing::default()),
             tried: AtomicBool::new(false),
             relist: Arc::new(Notify::new()),
             suspect: Notify::new(),
             changes,
             relay,
+            config,
         })
     }
 
@@ -118,7 +161,35 @@ impl Backend {
     }
 
     pub fn is_connected(&self) -> bool {
-        self.peer.load().is_some()
+        self.shared.load().is_some()
+    }
+
+    /// Whether each client session gets a backend session of its own: configured `per_client`,
+    /// and the backend speaks a revision that has sessions (a 2026-07-28 backend keeps no
+    /// per-session state, so its shared connection serves everyone alike).
+    pub fn per_client(&self) -> bool {
+        self.config.session == SessionMode::PerClient
+            && match self.peer().and_then(|p| p.peer_info()) {
+                Some(info) => info.protocol_version.has_initialize(),
+                None => self.config.protocol != Protocol::Stateless,
+            }
+    }
+
+    fn is_stdio(&self) -> bool {
+        matches!(self.config.transport, Transport::Stdio { .. })
+    }
+
+    /// Per-client upstream sessions open now, over all client sessions.
+    pub fn client_sessions(&self) -> usize {
+        self.client_sessions.load(Ordering::Acquire)
+    }
+
+    /// The gateway's own connection, for a request that uses it.
+    pub fn shared_link(&self) -> Result<Link, CallError> {
+        self.shared
+            .load_full()
+            .map(|l| (*l).clone())
+            .ok_or_else(|| CallError::NotConnected { backend: self.name().to_string() })
     }
 
     pub fn was_tried(&self) -> bool {
@@ -129,8 +200,9 @@ impl Backend {
         self.listing.load_full()
     }
 
+    /// The gateway's own connection's peer, while connected.
     pub fn peer(&self) -> Option<Arc<Peer<RoleClient>>> {
-        self.peer.load_full()
+        self.shared.load().as_ref().map(|l| l.peer.clone())
     }
 
     fn bump(&self) {
@@ -153,11 +225,12 @@ impl Backend {
                     self.listing.store(Arc::new(listing));
                     // A suspicion raised before this connection existed is not about it.
                     let _ = futures::FutureExt::now_or_never(self.suspect.notified());
-                    self.peer.store(Some(Arc::new(service.peer().clone())));
+                    let peer = Arc::new(service.peer().clone());
+                    self.shared.store(Some(Arc::new(Link { peer, conn: service.service().conn, own: None })));
                     self.tried.store(true, Ordering::Release);
                     self.bump();
                     let stopped = self.serve_connection(service, &ct).await;
-                    self.peer.store(None);
+                    self.shared.store(None);
                     self.bump();
                     if stopped {
                         return;
@@ -256,7 +329,15 @@ impl Backend {
     }
 
     async fn connect(&self) -> anyhow::Result<(RunningService<RoleClient, UpstreamClient>, Listing)> {
-        let handler = UpstreamClient::new(self.name().to_string(), self.relist.clone(), self.relay.clone());
+        let conn = session::next_conn();
+        let handler = UpstreamClient::new(self.name().to_string(), conn, Some(self.relist.clone()), self.relay.clone());
+        let service = self.open(handler).await?;
+        let listing = list_everything(service.peer()).await?;
+        Ok((service, listing))
+    }
+
+    /// Opens a connection (initialize or discover) with `handler` on the gateway's side.
+    async fn open(&self, handler: UpstreamClient) -> anyhow::Result<RunningService<RoleClient, UpstreamClient>> {
         let service = match &self.config.transport {
             Transport::Http { url, headers } => {
                 use rmcp::transport::StreamableHttpClientTransport;
@@ -287,8 +368,7 @@ impl Backend {
                 handler.serve_with_lifecycle(transport, self.lifecycle()).await?
             }
         };
-        let listing = list_everything(service.peer()).await?;
-        Ok((service, listing))
+        Ok(service)
     }
 
     fn lifecycle(&self) -> rmcp::ClientLifecycleMode {
@@ -320,32 +400,37 @@ impl Backend {
         self.suspect.notify_one();
     }
 
-    fn map_error(&self, e: ServiceError) -> CallError {
+    /// A failed request's error. A connection that failed is dropped: the gateway's own is
+    /// reconnected at once, a client's own session is opened afresh by its next request.
+    fn map_error(&self, link: &Link, e: ServiceError) -> CallError {
         let backend = self.name().to_string();
         match e {
             ServiceError::McpError(error) => CallError::Remote { backend, error },
             ServiceError::Timeout { timeout } => CallError::Timeout { backend, after: timeout },
             ServiceError::Cancelled { .. } => CallError::Cancelled,
             other => {
-                self.mark_suspect();
+                match &link.own {
+                    Some(conn) => conn.closed.cancel(),
+                    None => self.mark_suspect(),
+                }
                 CallError::ConnectionLost { backend, detail: other.to_string() }
             }
         }
     }
 
-    /// Runs `f` against the live peer with the backend's timeout, giving up if `ct` fires.
-    async fn forward<T, F, Fut>(&self, ct: &CancellationToken, f: F) -> Result<T, CallError>
+    /// Runs `f` on `link` with the backend's timeout, giving up if `ct` fires.
+    async fn forward<T, F, Fut>(&self, link: &Link, ct: &CancellationToken, f: F) -> Result<T, CallError>
     where
         F: FnOnce(Arc<Peer<RoleClient>>) -> Fut,
         Fut: Future<Output = Result<T, ServiceError>>,
     {
-        let peer = self.peer().ok_or_else(|| CallError::NotConnected { backend: self.name().to_string() })?;
+        let _in_use = link.using();
         let timeout = self.config.timeout;
         tokio::select! {
             _ = ct.cancelled() => Err(CallError::Cancelled),
-            r = tokio::time::timeout(timeout, f(peer)) => match r {
+            r = tokio::time::timeout(timeout, f(link.peer.clone())) => match r {
                 Err(_) => Err(CallError::Timeout { backend: self.name().to_string(), after: timeout }),
-                Ok(r) => r.map_err(|e| self.map_error(e)),
+                Ok(r) => r.map_err(|e| self.map_error(link, e)),
             },
         }
     }
@@ -360,23 +445,25 @@ impl Backend {
     /// backend learnt the gateway's capabilities once, at initialize.)
     pub async fn call_tool(
         &self,
+        link: &Link,
         params: CallToolRequestParams,
         client: Option<ClientCapabilities>,
         ct: &CancellationToken,
         on_sent: impl FnOnce(&RequestId, &ProgressToken),
     ) -> Result<Answer<CallToolResult>, CallError> {
         let backend = self.name().to_string();
-        let peer = self.peer().ok_or_else(|| CallError::NotConnected { backend: backend.clone() })?;
+        let _in_use = link.using();
+        let peer = link.peer.clone();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut options = PeerRequestOptions::no_options();
-        if self.is_stateless() {
+        if peer.peer_info().is_some_and(|i| !i.protocol_version.has_initialize()) {
             // Merged over what rmcp stamps on every request.
             options.meta = Some(RequestMetaObject::default());
             if let Some(meta) = options.meta.as_mut() {
                 meta.set_client_capabilities(client.unwrap_or_default());
             }
         }
-        let handle = peer.send_request_with_option(request, options).await.map_err(|e| self.map_error(e))?;
+        let handle = peer.send_request_with_option(request, options).await.map_err(|e| self.map_error(link, e))?;
         on_sent(&handle.id, &handle.progress_token);
         let id = handle.id.clone();
         let timeout = self.config.timeout;
@@ -384,7 +471,7 @@ impl Backend {
             _ = ct.cancelled() => Err(CallError::Cancelled),
             r = tokio::time::timeout(timeout, handle.await_response()) => match r {
                 Err(_) => Err(CallError::Timeout { backend: backend.clone(), after: timeout }),
-                Ok(r) => r.map_err(|e| self.map_error(e)),
+                Ok(r) => r.map_err(|e| self.map_error(link, e)),
             },
         };
         match outcome {
@@ -407,10 +494,11 @@ impl Backend {
 
     pub async fn read_resource(
         &self,
+        link: &Link,
         params: ReadResourceRequestParams,
         ct: &CancellationToken,
     ) -> Result<Answer<ReadResourceResult>, CallError> {
-        match self.forward(ct, |p| async move { p.read_resource_once(params).await }).await? {
+        match self.forward(link, ct, |p| async move { p.read_resource_once(params).await }).await? {
             ReadResourceResponse::Complete(r) => Ok(Answer::Complete(r)),
             ReadResourceResponse::InputRequired(r) => Ok(Answer::InputRequired(r)),
             _ => Err(self.other_kind_of_result()),
@@ -419,10 +507,11 @@ impl Backend {
 
     pub async fn get_prompt(
         &self,
+        link: &Link,
         params: GetPromptRequestParams,
         ct: &CancellationToken,
     ) -> Result<Answer<GetPromptResult>, CallError> {
-        match self.forward(ct, |p| async move { p.get_prompt_once(params).await }).await? {
+        match self.forward(link, ct, |p| async move { p.get_prompt_once(params).await }).await? {
             GetPromptResponse::Complete(r) => Ok(Answer::Complete(r)),
             GetPromptResponse::InputRequired(r) => Ok(Answer::InputRequired(r)),
             _ => Err(self.other_kind_of_result()),
@@ -431,29 +520,47 @@ impl Backend {
 
     pub async fn complete(
         &self,
+        link: &Link,
         params: CompleteRequestParams,
         ct: &CancellationToken,
     ) -> Result<CompleteResult, CallError> {
-        self.forward(ct, |p| async move { p.complete(params).await }).await
+        self.forward(link, ct, |p| async move { p.complete(params).await }).await
     }
 
     #[expect(deprecated, reason = "resources/subscribe is how 2025-11-25 clients subscribe")]
-    pub async fn subscribe(&self, params: SubscribeRequestParams, ct: &CancellationToken) -> Result<(), CallError> {
-        self.forward(ct, |p| async move { p.subscribe(params).await }).await
+    pub async fn subscribe(
+        &self,
+        link: &Link,
+        params: SubscribeRequestParams,
+        ct: &CancellationToken,
+    ) -> Result<(), CallError> {
+        self.forward(link, ct, |p| async move { p.subscribe(params).await }).await
     }
 
     #[expect(deprecated, reason = "resources/unsubscribe is how 2025-11-25 clients unsubscribe")]
-    pub async fn unsubscribe(&self, params: UnsubscribeRequestParams, ct: &CancellationToken) -> Result<(), CallError> {
-        self.forward(ct, |p| async move { p.unsubscribe(params).await }).await
+    pub async fn unsubscribe(
+        &self,
+        link: &Link,
+        params: UnsubscribeRequestParams,
+        ct: &CancellationToken,
+    ) -> Result<(), CallError> {
+        self.forward(link, ct, |p| async move { p.unsubscribe(params).await }).await
     }
 
-    /// One health probe: a ping-equivalent round trip (tools/list) on the live connection.
+    /// One health probe on the gateway's own connection: `ping`, or on a 2026-07-28 connection
+    /// (which has none) a raw `tools/list`. Both go to the backend: rmcp's `list_tools` helper
+    /// may answer from its response cache, which would call a dead backend healthy.
     pub async fn probe(&self, timeout: Duration) -> Result<Duration, CallError> {
         let start = tokio::time::Instant::now();
-        let peer = self.peer().ok_or_else(|| CallError::NotConnected { backend: self.name().to_string() })?;
-        let outcome = match tokio::time::timeout(timeout, peer.list_tools(None)).await {
+        let link = self.shared_link()?;
+        let request = if self.is_stateless() {
+            ClientRequest::ListToolsRequest(Default::default())
+        } else {
+            ClientRequest::PingRequest(Default::default())
+        };
+        let outcome = match tokio::time::timeout(timeout, link.peer.send_request(request)).await {
             Err(_) => Err(CallError::Timeout { backend: self.name().to_string(), after: timeout }),
-            Ok(Err(e)) => Err(self.map_error(e)),
+            Ok(Err(e)) => Err(self.map_error(&link, e)),
             Ok(Ok(_)) => Ok(start.elapsed()),
         };
         if outcome.is_err() {
@@ -510,4 +617,4 @@ impl Upstream {
     }
 }
 
-pub use client::{NoRelay, Relay};
+pub use client::{NoRelay, Relay, Source};

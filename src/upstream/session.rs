@@ -1,0 +1,224 @@
+//! Upstream sessions of one client session (`backends[].session = "per_client"`).
+//!
+//! A client session's first request that needs a per-client backend opens a backend session
+//! for it alone; later requests reuse it. Everything that backend session carries back
+//! (sampling, elicitation, progress, logs, resource updates) goes to the [`Relay`] the client
+//! session was given, so it reaches that client and no other by construction.
+//!
+//! Each upstream session has a keeper task that owns the connection and closes it when the
+//! client session ends ([`ClientUpstreams`] is dropped), when it has been idle for the idle
+//! timeout, or when a request saw it fail. A closed one is opened afresh by the next request
+//! that needs it, so a backend restart costs the client nothing but that request's retry.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
+use rmcp::model::{LoggingLevel, SetLevelRequestParams};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::client::{Relay, UpstreamClient};
+use super::{Backend, CONNECT_TIMEOUT, CallError, Link};
+
+/// One client session's upstream sessions, by backend.
+pub struct ClientUpstreams {
+    relay: Arc<dyn Relay>,
+    idle: Duration,
+    slots: Mutex<HashMap<String, Slot>>,
+    /// The client's `logging/setLevel`, applied to sessions opened later too.
+    #[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
+    level: Mutex<Option<LoggingLevel>>,
+    /// Cancelled when the client session ends: every keeper closes its connection.
+    ct: CancellationToken,
+}
+
+/// One backend's upstream session for one client: locked while it is being opened, so that
+/// concurrent first requests open it once.
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Conn>>>>;
+
+/// A live upstream session, shared by the requests that use it.
+pub(super) struct Conn {
+    pub(super) id: u64,
+    pub(super) peer: Arc<rmcp::service::Peer<rmcp::service::RoleClient>>,
+    /// Closed (cancelled) when the session is lost or closed.
+    pub(super) closed: CancellationToken,
+    /// When it was last used, and how many requests use it now.
+    last_used: Mutex<Instant>,
+    busy: AtomicUsize,
+}
+
+impl Conn {
+    /// Marks it in use until the returned guard drops.
+    pub(super) fn using(self: &Arc<Self>) -> InUse {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        *self.last_used.lock().expect("conn lock") = Instant::now();
+        InUse(self.clone())
+    }
+
+    /// When it goes idle, if nothing uses it until then.
+    fn idle_at(&self, idle: Duration) -> Option<Instant> {
+        (self.busy.load(Ordering::Acquire) == 0).then(|| *self.last_used.lock().expect("conn lock") + idle)
+    }
+}
+
+/// A request using a connection.
+pub struct InUse(Arc<Conn>);
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        *self.0.last_used.lock().expect("conn lock") = Instant::now();
+        self.0.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Process-wide connection numbers: relayed traffic is keyed by (connection, backend's id).
+pub fn next_conn() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl ClientUpstreams {
+    /// `relay` carries what these sessions' backends send to the one client they serve.
+    pub fn new(relay: Arc<dyn Relay>, idle: Duration) -> Self {
+        Self { relay, idle, slots: Mutex::default(), level: Mutex::new(None), ct: CancellationToken::new() }
+    }
+
+    /// The connection for one request to `backend`: this client's own session when the backend
+    /// is per-client (opened now if there is none), else the gateway's shared connection.
+    pub async fn link(&self, backend: &Arc<Backend>) -> Result<Link, CallError> {
+        if !backend.per_client() {
+            return backend.shared_link();
+        }
+        let slot = self.slots.lock().expect("slots lock").entry(backend.name().to_string()).or_default().clone();
+        let mut slot = slot.lock().await;
+        if let Some(conn) = slot.as_ref().filter(|c| !c.closed.is_cancelled()) {
+            return Ok(Link::own(conn));
+        }
+        let conn = self.open(backend).await?;
+        *slot = Some(conn.clone());
+        Ok(Link::own(&conn))
+    }
+
+    async fn open(&self, backend: &Arc<Backend>) -> Result<Arc<Conn>, CallError> {
+        let name = backend.name().to_string();
+        let permit = match backend.is_stdio() {
+            true => Some(
+                backend
+                    .instances
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| CallError::AtCapacity { backend: name.clone(), max: backend.config.max_instances })?,
+            ),
+            false => None,
+        };
+        let id = super::session::next_conn();
+        // List changes are the gateway's own connection's business: it hears them too.
+        let handler = UpstreamClient::new(name.clone(), id, None, self.relay.clone());
+        let failed = |detail: String| CallError::SessionFailed { backend: name.clone(), detail };
+        let service = match tokio::time::timeout(CONNECT_TIMEOUT, backend.open(handler)).await {
+            Err(_) => return Err(failed(format!("no answer within {}", humantime::format_duration(CONNECT_TIMEOUT)))),
+            Ok(Err(e)) => return Err(failed(format!("{e:#}"))),
+            Ok(Ok(s)) => s,
+        };
+        let peer = Arc::new(service.peer().clone());
+        let level = *self.level.lock().expect("level lock");
+        if let Some(level) = level
+            && peer.peer_info().is_some_and(|i| i.capabilities.logging.is_some())
+        {
+            #[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
+            let _ = peer.set_level(SetLevelRequestParams::new(level)).await;
+        }
+        let conn = Arc::new(Conn {
+            id,
+            peer: peer.clone(),
+            closed: CancellationToken::new(),
+            last_used: Mutex::new(Instant::now()),
+            busy: AtomicUsize::new(0),
+        });
+        backend.client_sessions.fetch_add(1, Ordering::AcqRel);
+        tracing::debug!(backend = %name, conn = id, "upstream session opened for a client session");
+        let keeper = Keeper { backend: backend.clone(), conn: conn.clone(), idle: self.idle, ct: self.ct.clone() };
+        tokio::spawn(keeper.run(service, permit));
+        Ok(conn)
+    }
+
+    /// Applies the client's `logging/setLevel` to its open upstream sessions, and to those it
+    /// opens later. The gateway's shared connections are not told: that would change what
+    /// every other client hears.
+    #[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
+    pub async fn set_level(&self, level: LoggingLevel, backends: &[Arc<Backend>]) {
+        *self.level.lock().expect("level lock") = Some(level);
+        for b in backends.iter().filter(|b| b.per_client()) {
+            let slot = self.slots.lock().expect("slots lock").get(b.name()).cloned();
+            let Some(slot) = slot else { continue };
+            let Some(conn) = slot.lock().await.clone().filter(|c| !c.closed.is_cancelled()) else { continue };
+            let link = Link::own(&conn);
+            if link.peer.peer_info().is_some_and(|i| i.capabilities.logging.is_some())
+                && let Err(e) = link.peer.set_level(SetLevelRequestParams::new(level)).await
+            {
+                tracing::debug!(backend = b.name(), %e, "logging/setLevel not accepted");
+            }
+        }
+    }
+
+    /// Upstream sessions open now.
+    pub fn open_count(&self) -> usize {
+        let slots: Vec<_> = self.slots.lock().expect("slots lock").values().cloned().collect();
+        slots
+            .iter()
+            .filter(|s| s.try_lock().ok().is_some_and(|c| c.as_ref().is_some_and(|c| !c.closed.is_cancelled())))
+            .count()
+    }
+}
+
+impl Drop for ClientUpstreams {
+    fn drop(&mut self) {
+        self.ct.cancel();
+    }
+}
+
+/// Owns one upstream session's connection and closes it when it is no longer wanted.
+struct Keeper {
+    backend: Arc<Backend>,
+    conn: Arc<Conn>,
+    idle: Duration,
+    ct: CancellationToken,
+}
+
+impl Keeper {
+    async fn run(
+        self,
+        service: rmcp::service::RunningService<rmcp::service::RoleClient, UpstreamClient>,
+        _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
+        let closer = service.cancellation_token();
+        let mut waiting = Box::pin(service.waiting());
+        let mut ended = false;
+        let why = loop {
+            let wake = self.conn.idle_at(self.idle).unwrap_or_else(|| Instant::now() + self.idle);
+            tokio::select! {
+                _ = self.ct.cancelled() => break "the client session ended",
+                _ = self.conn.closed.cancelled() => break "a request saw it fail",
+                _ = &mut waiting => {
+                    ended = true;
+                    break "the backend closed it";
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    if self.conn.idle_at(self.idle).is_some_and(|at| at <= Instant::now()) {
+                        break "it was idle";
+                    }
+                }
+            }
+        };
+        self.conn.closed.cancel();
+        closer.cancel();
+        if !ended {
+            let _ = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        }
+        self.backend.client_sessions.fetch_sub(1, Ordering::AcqRel);
+        tracing::debug!(backend = self.backend.name(), why, "upstream session closed");
+    }
+}
