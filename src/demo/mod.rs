@@ -46,7 +46,11 @@ fn testkit() -> DemoBackend {
         exit | Exit the server process at once, in the middle of the call. | \n\
         add_tool | Add a tool to this server at run time and announce the change. | name*: The new tool's name\n\
         cancelled_calls | How many calls were cancelled by the client before they finished. | \n\
-        ask | Wait, then ask the calling client's model a question (sampling) and return its answer: with a request to the client (2025-11-25) or an input-required result (2026-07-28). | prompt*: The question; delay_ms:integer: How long to wait before asking; rounds:integer: How many times to ask (default 1); answers joined by ` | `\n";
+        ask | Wait, then ask the calling client's model a question (sampling) and return its answer: with a request to the client (2025-11-25) or an input-required result (2026-07-28). | prompt*: The question; delay_ms:integer: How long to wait before asking; rounds:integer: How many times to ask (default 1); answers joined by ` | `; unlinked:boolean: Send the request on no call's stream (2025-11-25), as servers that ask from background work do; elicit:boolean: Ask with an elicitation form instead of sampling\n\
+        remember | Remember a value in this MCP session. | value*: What to remember\n\
+        recall | Recall the value remembered in this MCP session. | \n\
+        progress | Report progress several times, then answer. | steps*:integer: How many progress notifications; label: Put in each progress message\n\
+        log | Send a log message at a level, if the session's logging/setLevel lets it through. | level*: debug, info, warning or error; message*: The text\n";
     parse(text).expect("testkit parses").remove(0)
 }
 

@@ -1,5 +1,7 @@
 //! A demo backend as a real MCP server (rmcp), over streamable HTTP or stdio.
 
+#![allow(deprecated, reason = "logging and sampling are what 2025-11-25 clients use, and what the testkit exercises")]
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,9 +35,17 @@ struct Shared {
     list_delay: Duration,
 }
 
+/// What one MCP session of a demo server keeps (`remember`, `logging/setLevel`).
+#[derive(Default)]
+struct PerSession {
+    remembered: Mutex<Option<String>>,
+    level: Mutex<Option<rmcp::model::LoggingLevel>>,
+}
+
 #[derive(Clone)]
 pub struct DemoServer {
     shared: Arc<Shared>,
+    session: Arc<PerSession>,
 }
 
 impl DemoServer {
@@ -50,7 +60,13 @@ impl DemoServer {
                 cancelled: Default::default(),
                 list_delay: backend.list_delay,
             }),
+            session: Arc::default(),
         }
+    }
+
+    /// The same server, for a new MCP session: shared tools, fresh per-session state.
+    pub fn for_session(&self) -> Self {
+        Self { shared: self.shared.clone(), session: Arc::default() }
     }
 
     fn tools(&self) -> Vec<Tool> {
@@ -82,6 +98,7 @@ impl ServerHandler for DemoServer {
                 .enable_tool_list_changed()
                 .enable_resources()
                 .enable_prompts()
+                .enable_logging()
                 .build(),
         )
         .with_server_info(Implementation::new(format!("demo-{}", self.shared.name), env!("CARGO_PKG_VERSION")))
@@ -104,6 +121,14 @@ impl ServerHandler for DemoServer {
                 return Ok(());
             }
         }
+    }
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        *self.session.level.lock().expect("level lock") = Some(request.level);
+        Ok(())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -160,14 +185,58 @@ impl ServerHandler for DemoServer {
                     }
                     return Ok(ask_in_rounds(&prompt, rounds, request.input_responses, request.request_state));
                 }
+                let (unlinked, elicit) = (arg("unlinked") == Value::Bool(true), arg("elicit") == Value::Bool(true));
                 let mut answers = Vec::new();
                 for _ in 0..rounds {
-                    match ask_client(&context.peer, &prompt).await {
+                    let peer = context.peer.clone();
+                    let question = prompt.clone();
+                    let asked = async move {
+                        if elicit { elicit_client(&peer, &question).await } else { ask_client(&peer, &question).await }
+                    };
+                    // rmcp ties a request sent from the call's own task to the call's stream; one
+                    // sent from another task goes out on the session's standalone stream.
+                    let asked = if unlinked {
+                        tokio::spawn(asked).await.unwrap_or_else(|e| Err(e.to_string()))
+                    } else {
+                        asked.await
+                    };
+                    match asked {
                         Ok(a) => answers.push(a),
                         Err(e) => return Ok(CallToolResult::error(vec![ContentBlock::text(e)]).into()),
                     }
                 }
                 text(answers.join(" | "))
+            }
+            "remember" => {
+                let value = arg("value").as_str().unwrap_or_default().to_string();
+                *self.session.remembered.lock().expect("session lock") = Some(value.clone());
+                text(format!("remembered {value}"))
+            }
+            "recall" => text(self.session.remembered.lock().expect("session lock").clone().unwrap_or_default()),
+            "progress" => {
+                let steps = arg("steps").as_u64().unwrap_or(1).min(100);
+                let label = arg("label").as_str().unwrap_or_default().to_string();
+                if let Some(token) = context.meta.get_progress_token() {
+                    for i in 1..=steps {
+                        let mut p = rmcp::model::ProgressNotificationParam::new(token.clone(), i as f64);
+                        p.total = Some(steps as f64);
+                        p.message = Some(format!("{label} {i}/{steps}"));
+                        let _ = context.peer.notify_progress(p).await;
+                    }
+                }
+                text(format!("{label} done"))
+            }
+            "log" => {
+                let level: rmcp::model::LoggingLevel = serde_json::from_value(arg("level"))
+                    .map_err(|e| ErrorData::invalid_params(format!("level: {e}"), None))?;
+                let message = arg("message").as_str().unwrap_or_default().to_string();
+                let floor = *self.session.level.lock().expect("level lock");
+                let sent = floor.is_none_or(|f| level_rank(level) >= level_rank(f));
+                if sent {
+                    let params = rmcp::model::LoggingMessageNotificationParam::new(level, Value::String(message));
+                    let _ = context.peer.notify_logging_message(params).await;
+                }
+                text(if sent { "sent" } else { "below the session's level" })
             }
             "cancelled_calls" => text(self.shared.cancelled.load(std::sync::atomic::Ordering::SeqCst).to_string()),
             "exit" => std::process::exit(3),
@@ -249,15 +318,38 @@ impl ServerHandler for DemoServer {
         Ok(GetPromptResult::new(vec![msg]).into())
     }
 }
+fn level_rank(level: rmcp::model::LoggingLevel) -> u8 {
+    use rmcp::model::LoggingLevel as L;
+    match level {
+        L::Debug => 0,
+        L::Info => 1,
+        L::Notice => 2,
+        L::Warning => 3,
+        L::Error => 4,
+        L::Critical => 5,
+        L::Alert => 6,
+        L::Emergency => 7,
+    }
+}
 
-#[expect(deprecated, reason = "sampling is what the gateway relays between revisions")]
+/// Asks the client's user `question` with an elicitation form of one text field, `answer`.
+async fn elicit_client(peer: &Peer<RoleServer>, question: &str) -> Result<String, String> {
+    let params = serde_json::from_value(json!({"mode": "form", "message": question, "requestedSchema": {
+        "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}))
+    .map_err(|e| e.to_string())?;
+    match peer.create_elicitation(params).await {
+        Ok(r) => {
+            Ok(r.content.and_then(|c| c.get("answer").and_then(Value::as_str).map(str::to_string)).unwrap_or_default())
+        }
+        Err(e) => Err(format!("elicitation failed: {e}")),
+    }
+}
 fn sampling(question: &str) -> rmcp::model::CreateMessageRequestParams {
     use rmcp::model::{CreateMessageRequestParams, SamplingMessage};
     CreateMessageRequestParams::new(vec![SamplingMessage::user_text(question)], 64)
 }
 
 /// Asks the client's model `question` with a sampling request (2025-11-25) and returns its text.
-#[expect(deprecated, reason = "sampling is what 2025-11-25 clients answer")]
 async fn ask_client(peer: &Peer<RoleServer>, question: &str) -> Result<String, String> {
     match peer.create_message(sampling(question)).await {
         Ok(r) => Ok(r.message.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default()),
@@ -267,7 +359,6 @@ async fn ask_client(peer: &Peer<RoleServer>, question: &str) -> Result<String, S
 
 /// The same on 2026-07-28: each round answers input-required with one sampling request (key
 /// `answer`) and the answers so far in `requestState`; the last round returns them all.
-#[expect(deprecated, reason = "sampling is what the gateway relays between revisions")]
 fn ask_in_rounds(
     question: &str,
     rounds: usize,
@@ -354,7 +445,7 @@ pub async fn serve_http(
 ) -> std::io::Result<()> {
     let server = DemoServer::new(backend);
     let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
+        move || Ok(server.for_session()),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default().with_cancellation_token(ct.child_token()),
     );

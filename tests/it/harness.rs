@@ -317,6 +317,12 @@ impl RawSession {
         self.request("tools/call", serde_json::json!({"name": name, "arguments": arguments})).await
     }
 
+    /// Ends the session (`DELETE`); returns the status.
+    pub async fn delete(self) -> reqwest::StatusCode {
+        let r = self.http.delete(&self.url).header("mcp-session-id", &self.id).send().await.unwrap();
+        r.status()
+    }
+
     /// Opens the session's GET event stream; every JSON-RPC message on it arrives on the channel.
     pub async fn listen(&self) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
         let r = self

@@ -13,3 +13,4 @@ mod relay;
 mod repo;
 mod rounds;
 mod search;
+mod sessions;
