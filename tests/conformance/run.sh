@@ -2,7 +2,8 @@
 # Runs the official MCP conformance suite's server scenarios against toolmux (passthrough, bare
 # names) in front of tests/conformance/backend.rs, prints each table, and fails on any failure not
 # listed with a reason in tests/conformance/expected-failures-<version>.txt. Two lines of the
-# suite run: the released 0.1 line and the 0.2 line with the 2026-07-28 scenarios.
+# suite run: the released 0.1 line and the 0.2 line with the 2026-07-28 scenarios, each against
+# a backend that sends its requests to the client linked to their calls and one that does not.
 #
 # Usage: tests/conformance/run.sh [VERSION ...]   (default: every version below)
 #
@@ -43,11 +44,15 @@ trap cleanup EXIT
 
 . tests/support.sh
 
-"$target/debug/examples/conformance-backend" 127.0.0.1:0 > "$work/backend.out" 2> "$work/backend.out.err" &
-pids+=($!)
-backend_url=$(first_line "$work/backend.out" backend)
-
-cat > "$work/toolmux.toml" <<TOML
+# Starts the conformance backend (with the arguments given) and toolmux in front of it; sets
+# backend_url and gateway_url.
+start_gateway() {
+  local dir
+  dir=$(mktemp -d "$work/run.XXXX")
+  "$target/debug/examples/conformance-backend" 127.0.0.1:0 "$@" > "$dir/backend.out" 2> "$dir/backend.out.err" &
+  pids+=($!)
+  backend_url=$(first_line "$dir/backend.out" backend)
+  cat > "$dir/toolmux.toml" <<TOML
 [server]
 listen = "127.0.0.1:0"
 mode = "passthrough"
@@ -65,12 +70,18 @@ protocol = "2026-07-28"
 [aggregation]
 conflict_resolution = "priority"
 TOML
-"$target/debug/toolmux" serve --config "$work/toolmux.toml" > "$work/toolmux.out" 2> "$work/toolmux.out.err" &
-pids+=($!)
-gateway_url=$(first_line "$work/toolmux.out" toolmux | grep -o 'http://[^ ]*')
-wait_ready "$gateway_url"
+  "$target/debug/toolmux" serve --config "$dir/toolmux.toml" > "$dir/toolmux.out" 2> "$dir/toolmux.out.err" &
+  pids+=($!)
+  gateway_url=$(first_line "$dir/toolmux.out" toolmux | grep -o 'http://[^ ]*')
+  wait_ready "$gateway_url"
+}
 
 status=0
+# Every suite twice: against a backend that ties its sampling and elicitation requests to the
+# call that needs them, and against one that sends them unlinked, on its standalone stream (as
+# the TypeScript SDK's example servers do), which toolmux must still route to the right client.
+for backend in linked unlinked; do
+if [ "$backend" = linked ]; then start_gateway; else start_gateway --unlinked; fi
 for version in "${versions[@]}"; do
   cache=$(install_suite "$version")
   node_bin="$cache/node_modules/node-$os-$node_arch/bin"
@@ -79,7 +90,7 @@ for version in "${versions[@]}"; do
   fi
   expected_file="tests/conformance/expected-failures-$version.txt"
   [ -f "$expected_file" ] || { echo "conformance: no $expected_file" >&2; exit 1; }
-  echo "conformance: suite $version against $gateway_url (backend $backend_url)"
+  echo "conformance: suite $version against $gateway_url ($backend backend $backend_url)"
   set +e
   PATH="$node_bin:$PATH" "$cache/node_modules/.bin/conformance" server --url "$gateway_url" --suite all \
     > "$work/suite.out" 2>&1
@@ -101,7 +112,7 @@ for version in "${versions[@]}"; do
     grep -qx "$f" <<< "$expected" || unexpected+=("$f")
   done
   if [ ${#unexpected[@]} -gt 0 ]; then
-    echo "conformance: suite $version: unexpected failures: ${unexpected[*]}" >&2
+    echo "conformance: suite $version ($backend backend): unexpected failures: ${unexpected[*]}" >&2
     for f in "${unexpected[@]}"; do
       awk -v s="=== Running scenario: $f ===" '$0==s{p=1} p&&/^=== Running scenario/&&$0!=s{p=0} p' "$work/suite.out" | head -40 >&2
     done
@@ -113,6 +124,7 @@ for version in "${versions[@]}"; do
   done
   passed=$(grep -cE '^✓ ' "$work/suite.out" || true)
   nfailed=$(grep -cE '^✗ ' "$work/suite.out" || true)
-  echo "conformance $version: $passed scenarios pass; $nfailed fail, each listed with its reason in $expected_file"
+  echo "conformance $version ($backend backend): $passed scenarios pass; $nfailed fail, each listed with its reason in $expected_file"
+done
 done
 exit $status

@@ -28,6 +28,25 @@ const WAV: &str = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="
 #[derive(Clone, Default)]
 struct Conformance {
     subscribed: Arc<Mutex<HashSet<String>>>,
+    /// Send sampling and elicitation requests unlinked to the call that needs them.
+    unlinked: bool,
+}
+
+impl Conformance {
+    /// Runs a request to the client from the call's own task, where rmcp ties it to the call's
+    /// stream, or, when `unlinked`, from another task: it then goes out on the session's
+    /// standalone stream, as the TypeScript SDK's example servers send theirs.
+    async fn ask<T: Send + 'static>(
+        &self,
+        request: impl Future<Output = Result<T, rmcp::ServiceError>> + Send + 'static,
+    ) -> Result<T, ErrorData> {
+        let answer = if self.unlinked {
+            tokio::spawn(request).await.map_err(|e| ErrorData::internal_error(e.to_string(), None))?
+        } else {
+            request.await
+        };
+        answer.map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    }
 }
 
 fn tool(name: &str, description: &str, schema: Value) -> Tool {
@@ -174,8 +193,8 @@ impl ServerHandler for Conformance {
             }
             "test_sampling" => {
                 let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(arg("prompt"))], 100);
-                let r =
-                    peer.create_message(params).await.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let peer = peer.clone();
+                let r = self.ask(async move { peer.create_message(params).await }).await?;
                 let reply = serde_json::to_value(&r.message.content).unwrap_or_default();
                 let said = reply["text"].as_str().map(str::to_string).unwrap_or_else(|| reply.to_string());
                 text(format!("LLM response: {said}"))
@@ -189,10 +208,8 @@ impl ServerHandler for Conformance {
                     },
                     "required": ["username", "email"]
                 }}))?;
-                let r = peer
-                    .create_elicitation(params)
-                    .await
-                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let peer = peer.clone();
+                let r = self.ask(async move { peer.create_elicitation(params).await }).await?;
                 text(format!("User response: {}", serde_json::to_string(&r).unwrap_or_default()))
             }
             "test_elicitation_sep1034_defaults" => {
@@ -208,10 +225,8 @@ impl ServerHandler for Conformance {
                         }
                     }}),
                 )?;
-                let r = peer
-                    .create_elicitation(params)
-                    .await
-                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let peer = peer.clone();
+                let r = self.ask(async move { peer.create_elicitation(params).await }).await?;
                 text(format!("Elicitation completed: {}", serde_json::to_string(&r).unwrap_or_default()))
             }
             "test_elicitation_sep1330_enums" => {
@@ -231,10 +246,8 @@ impl ServerHandler for Conformance {
                             {"const": "value3", "title": "Third Choice"}]}}
                     }
                 }}))?;
-                let r = peer
-                    .create_elicitation(params)
-                    .await
-                    .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                let peer = peer.clone();
+                let r = self.ask(async move { peer.create_elicitation(params).await }).await?;
                 text(format!("Elicitation completed: {}", serde_json::to_string(&r).unwrap_or_default()))
             }
             "test_reconnection" => {
@@ -427,9 +440,11 @@ impl ServerHandler for Conformance {
 
 /// Serves the conformance server over streamable HTTP on `listener` until the task is dropped:
 /// at `/mcp`, and its input-required scenarios (2026-07-28) at `/mrtr` ([`mrtr`]).
-pub async fn serve(listener: tokio::net::TcpListener) -> std::io::Result<()> {
+/// Serves the conformance server at `/mcp` and the 2026-07-28 one at `/mrtr`; with `unlinked`,
+/// sampling and elicitation requests go out unlinked to their calls.
+pub async fn serve(listener: tokio::net::TcpListener, unlinked: bool) -> std::io::Result<()> {
     let service = StreamableHttpService::new(
-        || Ok(Conformance::default()),
+        move || Ok(Conformance { unlinked, ..Conformance::default() }),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     );

@@ -245,3 +245,54 @@ async fn delete_ends_a_session_with_200_and_an_unknown_one_gets_404() {
     assert_eq!(status, 404, "and takes no more requests");
     app.shutdown().await;
 }
+
+/// Opens a TCP connection to `app` and sends `head`, then nothing more.
+async fn trickle(app: &toolmux::app::App, head: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut tcp = tokio::net::TcpStream::connect(app.addr.unwrap()).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp
+}
+
+/// Reads until the server closes the connection; returns what it sent.
+async fn read_to_close(tcp: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let _ = tcp.read_to_end(&mut out).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn half_sent_headers_are_cut_off_and_cannot_starve_a_real_client() {
+    let app = app_with("max_connections = 4\nheader_timeout = \"1s\"\n").await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    // Every connection slot taken by a client that sends nothing or never finishes its headers.
+    let mut stuck = Vec::new();
+    for head in ["", "POST /mcp HTTP/1.1\r\n", "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n", "P"] {
+        stuck.push(trickle(&app, head).await);
+    }
+    // A real client waits in the backlog until the header timeout frees a slot, then gets in.
+    let http = reqwest::Client::new();
+    let real = tokio::spawn(async move { http.post(&url).header("accept", ACCEPT).json(&initialize()).send().await });
+    for tcp in &mut stuck {
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(20), read_to_close(tcp)).await;
+        assert!(closed.is_ok(), "a connection with half-sent headers stays open past server.header_timeout");
+    }
+    let r = tokio::time::timeout(std::time::Duration::from_secs(20), real).await.expect("the real client got in");
+    assert!(r.unwrap().unwrap().status().is_success());
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_body_that_stops_arriving_gets_408_naming_the_limit() {
+    let app = app_with("body_timeout = \"1s\"\n").await;
+    let head = "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                Accept: application/json, text/event-stream\r\nContent-Length: 200\r\n\r\n{\"jsonrpc\":";
+    let mut tcp = trickle(&app, head).await;
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(20), read_to_close(&mut tcp))
+        .await
+        .expect("the server answers and closes a stalled body");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("server.body_timeout"), "{answer}");
+    app.shutdown().await;
+}

@@ -67,7 +67,7 @@ impl ClientHandler for Answering {
 async fn setup(mode: &str) -> (App, rmcp::service::RunningService<RoleClient, Answering>, Answering) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(conformance_server::serve(listener));
+    tokio::spawn(conformance_server::serve(listener, false));
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n[optimizer]\ncache_dir = \"{}\"\n\
          [aggregation]\nconflict_resolution = \"priority\"\n{}",
