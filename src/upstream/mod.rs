@@ -138,6 +138,27 @@ pub struct Backend {
     changes: watch::Sender<u64>,
     /// Server-to-client traffic (notifications, requests) relayed to the gateway's sessions.
     relay: Arc<dyn client::Relay>,
+    /// One HTTP client for the gateway's connection and every per-client session: building one
+    /// loads the TLS roots, which costs tens of KiB and a millisecond or so each time.
+    http: std::sync::OnceLock<reqwest::Client>,
+}
+
+/// Follows a backend's redirect only when it keeps the message and the credentials where they
+/// were sent: a 307 or 308 to the same origin, a few hops at most. Anything else comes back as
+/// the redirect itself, and the call fails saying so.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    const MAX_HOPS: usize = 5;
+    reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(attempt.status().as_u16(), 307 | 308);
+        let same_origin = attempt.previous().first().is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_HOPS {
+            attempt.error(format!("more than {MAX_HOPS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 impl Backend {
@@ -152,8 +173,23 @@ impl Backend {
             suspect: Notify::new(),
             changes,
             relay,
+            http: std::sync::OnceLock::new(),
             config,
         })
+    }
+
+    fn http_client(&self) -> anyhow::Result<reqwest::Client> {
+        if let Some(c) = self.http.get() {
+            return Ok(c.clone());
+        }
+        let client = reqwest::Client::builder()
+            // rmcp's own choice: a pooled connection whose last answer was not read to the end
+            // stalls the next request for a delayed ACK.
+            .pool_max_idle_per_host(0)
+            .redirect(same_origin_redirects())
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot build an HTTP client: {e}"))?;
+        Ok(self.http.get_or_init(|| client).clone())
     }
 
     pub fn name(&self) -> &str {
@@ -354,7 +390,8 @@ impl Backend {
                     }
                 }
                 let cfg = cfg.custom_headers(custom);
-                handler.serve_with_lifecycle(StreamableHttpClientTransport::from_config(cfg), self.lifecycle()).await?
+                let transport = StreamableHttpClientTransport::with_client(self.http_client()?, cfg);
+                handler.serve_with_lifecycle(transport, self.lifecycle()).await?
             }
             Transport::Stdio { command, args, env, cwd } => {
                 use rmcp::transport::TokioChildProcess;
