@@ -7,51 +7,14 @@
 //! kept-alive / fresh p50 ratio. Target: kept-alive p50 ≤ 2 ms. Without TCP_NODELAY on accepted
 //! sockets a streamed answer's last write waits for the client's delayed ACK (~40 ms).
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::{RawSession as Session, ms, percentile};
 
 const REQUESTS: usize = 200;
-const ACCEPT: &str = "application/json, text/event-stream";
-
-struct Session {
-    http: reqwest::Client,
-    url: String,
-    id: String,
-}
-
-impl Session {
-    async fn open(http: reqwest::Client, url: &str) -> Self {
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}});
-        let r = http.post(url).header("accept", ACCEPT).json(&init).send().await.unwrap();
-        let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
-        r.bytes().await.unwrap();
-        let s = Self { http, url: url.to_string(), id };
-        s.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
-        s
-    }
-
-    /// Posts one message and reads its whole answer.
-    async fn post(&self, body: &Value) -> usize {
-        let r = self
-            .http
-            .post(&self.url)
-            .header("accept", ACCEPT)
-            .header("mcp-session-id", &self.id)
-            .header("mcp-protocol-version", "2025-11-25")
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "{}", r.status());
-        r.bytes().await.unwrap().len()
-    }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
 
 /// Times `REQUESTS` sequential requests; returns the sorted latencies.
 async fn run(s: &Session, body: &Value) -> Vec<Duration> {
@@ -59,16 +22,12 @@ async fn run(s: &Session, body: &Value) -> Vec<Duration> {
     let mut times = Vec::with_capacity(REQUESTS);
     for _ in 0..REQUESTS {
         let start = Instant::now();
-        let n = s.post(body).await;
+        let n = s.post(body).await.len();
         times.push(start.elapsed());
         assert!(n > 0);
     }
     times.sort();
     times
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
 }
 
 fn main() {

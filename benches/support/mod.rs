@@ -139,8 +139,17 @@ pub fn peak_rss_mib() -> f64 {
     status_mib("VmHWM:")
 }
 
+/// Resident memory of process `pid`, in MiB (Linux; 0 elsewhere).
+pub fn rss_mib_of(pid: u32) -> f64 {
+    status_mib_of(&format!("/proc/{pid}/status"), "VmRSS:")
+}
+
 fn status_mib(field: &str) -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+    status_mib_of("/proc/self/status", field)
+}
+
+fn status_mib_of(path: &str, field: &str) -> f64 {
+    std::fs::read_to_string(path)
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with(field)).map(|l| l.to_string()))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
@@ -151,4 +160,56 @@ fn status_mib(field: &str) -> f64 {
 pub fn median(xs: &mut [f64]) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
+}
+
+pub const ACCEPT: &str = "application/json, text/event-stream";
+
+/// A client session spoken to in raw HTTP, as a benchmark wants it: no SDK in the timings.
+pub struct RawSession {
+    http: reqwest::Client,
+    url: String,
+    pub id: String,
+}
+
+impl RawSession {
+    pub async fn open(http: reqwest::Client, url: &str) -> Self {
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}});
+        let r = http.post(url).header("accept", ACCEPT).json(&init).send().await.unwrap();
+        assert!(r.status().is_success(), "initialize: {}", r.status());
+        let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+        r.bytes().await.unwrap();
+        let s = Self { http, url: url.to_string(), id };
+        s.post(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        s
+    }
+
+    /// Posts one message and reads its whole answer.
+    pub async fn post(&self, body: &Value) -> String {
+        let r = self
+            .http
+            .post(&self.url)
+            .header("accept", ACCEPT)
+            .header("mcp-session-id", &self.id)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+        r.text().await.unwrap()
+    }
+
+    pub async fn delete(&self) {
+        let r = self.http.delete(&self.url).header("mcp-session-id", &self.id).send().await.unwrap();
+        assert!(r.status().is_success(), "DELETE: {}", r.status());
+    }
+}
+
+pub fn percentile(sorted: &[std::time::Duration], p: f64) -> std::time::Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }

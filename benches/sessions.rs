@@ -1,0 +1,216 @@
+//! What a client session costs the gateway, per backend session mode (`per_client`, `shared`).
+//!
+//! The gateway is the real `toolmux` binary in a child process (passthrough mode), so its
+//! resident memory is its own; in front of it, ten testkit backends served over HTTP by this
+//! process. For each mode, a fresh gateway:
+//! 1. 1,000 idle sessions (initialize + initialized, raw HTTP): RSS per session.
+//! 2. 100 of them call one tool on each of the 10 backends: the first call's latency on each
+//!    (in `per_client` mode it opens that session's upstream session) and RSS per session after.
+//! 3. 200 sequential calls on one warm session: the warm call's latency.
+//! 4. In `per_client` mode only (an idle session holds no upstream session, so the modes do not
+//!    differ there): 9,000 more idle sessions, RSS at 10,000; then RSS after they are deleted,
+//!    and after each further round of 10,000 sessions opened and deleted (a leak grows by the
+//!    same amount every round; an allocator's retained pages level off).
+//!
+//! Latency is from send to the last byte of the answer; memory is VmRSS (Linux).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{RawSession, ms, percentile, rss_mib_of};
+use tokio_util::sync::CancellationToken;
+
+const BACKENDS: usize = 10;
+const IDLE: usize = 1_000;
+const CALLING: usize = 100;
+const WARM_CALLS: usize = 200;
+const MANY: usize = 10_000;
+const CHURN_ROUNDS: usize = 5;
+/// Sessions opened at once while filling the gateway.
+const PARALLEL: usize = 32;
+
+/// The gateway binary in a child process, ended on drop.
+struct Gateway {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    fn start(backends: &[String], session: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut toml =
+            format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\nmax_sessions = {}\n", MANY + 100);
+        for (i, url) in backends.iter().enumerate() {
+            toml += &format!("\n[[backends]]\nname = \"kit{i}\"\nurl = \"{url}\"\nsession = \"{session}\"\n");
+        }
+        let config = dir.path().join("toolmux.toml");
+        std::fs::write(&config, toml).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolmux"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("the toolmux binary starts");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect("the listening line").to_string();
+        Self { child, url, _dir: dir }
+    }
+
+    async fn ready(&self) {
+        let readyz = format!("{}/readyz", self.url.trim_end_matches("/mcp"));
+        for _ in 0..600 {
+            if reqwest::get(&readyz).await.is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the gateway did not become ready");
+    }
+
+    fn rss(&self) -> f64 {
+        rss_mib_of(self.child.id())
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Opens `n` sessions, `PARALLEL` at a time.
+async fn open_sessions(http: &reqwest::Client, url: &str, n: usize) -> Vec<RawSession> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let batch = PARALLEL.min(n - out.len());
+        out.extend(futures::future::join_all((0..batch).map(|_| RawSession::open(http.clone(), url))).await);
+    }
+    out
+}
+
+fn call(backend: usize, input: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": format!("kit{backend}_echo"), "arguments": {"input": input}}})
+}
+
+/// Calls `kit{backend}_echo` and checks the answer is the backend's.
+async fn timed_call(s: &RawSession, backend: usize) -> Duration {
+    let start = Instant::now();
+    let answer = s.post(&call(backend, "ping")).await;
+    let took = start.elapsed();
+    assert!(answer.contains("ping") && !answer.contains("\"isError\":true"), "kit{backend}: {answer}");
+    took
+}
+
+struct Figures {
+    base: f64,
+    idle_kib: f64,
+    called_kib: f64,
+    first: Vec<Duration>,
+    warm: Vec<Duration>,
+}
+
+async fn measure(backends: &[String], mode: &str, http: &reqwest::Client) -> (Figures, Gateway, Vec<RawSession>) {
+    let gw = Gateway::start(backends, mode);
+    gw.ready().await;
+    let base = gw.rss();
+    let sessions = open_sessions(http, &gw.url, IDLE).await;
+    let idle = gw.rss();
+    let mut first = Vec::with_capacity(CALLING * BACKENDS);
+    for s in &sessions[..CALLING] {
+        for b in 0..BACKENDS {
+            first.push(timed_call(s, b).await);
+        }
+    }
+    let called = gw.rss();
+    let mut warm = Vec::with_capacity(WARM_CALLS);
+    for _ in 0..WARM_CALLS {
+        warm.push(timed_call(&sessions[0], 0).await);
+    }
+    first.sort();
+    warm.sort();
+    let kib = |mib: f64, n: usize| mib * 1024.0 / n as f64;
+    let idle_kib = kib(idle - base, IDLE);
+    let figures = Figures { base, idle_kib, called_kib: idle_kib + kib(called - idle, CALLING), first, warm };
+    (figures, gw, sessions)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let ct = CancellationToken::new();
+        let mut backends = Vec::new();
+        for _ in 0..BACKENDS {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            backends.push(format!("http://{}/mcp", listener.local_addr().unwrap()));
+            let kit = toolmux::demo::backend("testkit").expect("the testkit backend");
+            tokio::spawn(toolmux::demo::serve_http(kit, listener, ct.clone()));
+        }
+        let http = reqwest::Client::new();
+        println!("gateway: the toolmux binary, passthrough, {BACKENDS} HTTP backends; RSS is the gateway's VmRSS");
+        println!(
+            "{:<11} {:>9} {:>14} {:>22} {:>15} {:>15} {:>14} {:>14}",
+            "mode", "base MiB", "idle KiB/sess", "after 10 calls KiB/sess", "first call p50", "first call p90",
+            "warm call p50", "warm call p90"
+        );
+        let mut per_client = None;
+        let mut warm_shared = Duration::ZERO;
+        for mode in ["shared", "per_client"] {
+            let (f, gw, sessions) = measure(&backends, mode, &http).await;
+            println!(
+                "{mode:<11} {:>9.1} {:>14.1} {:>23.1} {:>12.2} ms {:>12.2} ms {:>11.2} ms {:>11.2} ms",
+                f.base,
+                f.idle_kib,
+                f.called_kib,
+                ms(percentile(&f.first, 0.5)),
+                ms(percentile(&f.first, 0.9)),
+                ms(percentile(&f.warm, 0.5)),
+                ms(percentile(&f.warm, 0.9)),
+            );
+            if mode == "shared" {
+                warm_shared = percentile(&f.warm, 0.5);
+            } else {
+                let ratio = |d: Duration| d.as_secs_f64() / warm_shared.as_secs_f64();
+                println!(
+                    "per_client against shared (warm p50): first call {:.2}×, warm call {:.2}×",
+                    ratio(percentile(&f.first, 0.5)),
+                    ratio(percentile(&f.warm, 0.5))
+                );
+                per_client = Some((gw, sessions, f.base));
+            }
+        }
+        let (gw, mut sessions, base) = per_client.unwrap();
+        sessions.extend(open_sessions(&http, &gw.url, MANY - IDLE).await);
+        let many = gw.rss();
+        println!(
+            "per_client: RSS with {IDLE} idle sessions (100 of them after calls) + {} more idle = {MANY}: {many:.1} MiB \
+             ({:.1} KiB a session over the base)",
+            MANY - IDLE,
+            (many - base) * 1024.0 / MANY as f64
+        );
+        // Churn: delete them all, then open and delete 10,000 more, round after round. A leak grows from
+        // round to round; freed pages the allocator keeps for reuse do not.
+        let mut rounds = Vec::new();
+        for round in 0..CHURN_ROUNDS {
+            if round > 0 {
+                sessions = open_sessions(&http, &gw.url, MANY).await;
+            }
+            for chunk in sessions.chunks(PARALLEL) {
+                futures::future::join_all(chunk.iter().map(RawSession::delete)).await;
+            }
+            // Deleting a session ends its upstream sessions; give the gateway a moment to close them.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            rounds.push(format!("{:.1}", gw.rss()));
+        }
+        println!("per_client: RSS after each of {CHURN_ROUNDS} rounds of {MANY} sessions deleted: {} MiB", rounds.join(", "));
+        drop(gw);
+        ct.cancel();
+    });
+}
