@@ -128,6 +128,42 @@ async fn per_client_backends_keep_each_clients_state_over_http_and_stdio() {
 }
 
 #[tokio::test]
+async fn a_lost_upstream_session_is_reopened_on_the_next_request() {
+    let mut web = ChildBackend::start("testkit").await;
+    let backends = format!(
+        "{}{}",
+        http_backend_toml("web", &web.url()),
+        with_session(stdio_backend_toml("cli", "testkit"), "per_client")
+    );
+    let app = passthrough(&backends, "").await;
+    let a = connect(&app, Who::new("A")).await;
+    let b = connect(&app, Who::new("B")).await;
+    call(&a, "cli_remember", json!({"value": "A's folder"})).await;
+    call(&b, "cli_remember", json!({"value": "B's folder"})).await;
+    // A's child exits in the middle of a call: that call fails, and A's next one gets a new child.
+    let died = a.call_tool(CallToolRequestParams::new("cli_exit")).await;
+    assert!(died.is_err() || died.as_ref().unwrap().is_error == Some(true), "{died:?}");
+    let recalled = call(&a, "cli_recall", json!({})).await;
+    assert_ne!(recalled.is_error, Some(true), "{recalled:?}");
+    assert_eq!(text(&recalled), "", "a new child remembers nothing");
+    assert_eq!(text(&call(&b, "cli_recall", json!({})).await), "B's folder", "B's child is untouched");
+    assert_eq!(open_upstreams(&app, "cli"), 2);
+
+    // An HTTP backend that restarts forgets its sessions; A's next request opens a new one.
+    call(&a, "web_remember", json!({"value": "A's page"})).await;
+    web.restart().await;
+    let backend = app.gateway.upstream.get("web").unwrap().clone();
+    assert!(eventually(Duration::from_secs(20), || async { backend.is_connected() }).await);
+    let recalled = call(&a, "web_recall", json!({})).await;
+    assert_ne!(recalled.is_error, Some(true), "{recalled:?}");
+    assert_eq!(text(&recalled), "", "the restarted backend's new session remembers nothing");
+    call(&a, "web_remember", json!({"value": "A's new page"})).await;
+    assert_eq!(text(&call(&a, "web_recall", json!({})).await), "A's new page");
+    assert_eq!(open_upstreams(&app, "web"), 1);
+    app.shutdown().await;
+}
+
+#[tokio::test]
 async fn shared_backends_are_one_backend_session_for_every_client() {
     let kit = http_backend("testkit").await;
     // Stdio backends are shared by default; an HTTP one is when configured so.
