@@ -39,7 +39,7 @@ struct Shared {
 #[derive(Default)]
 struct PerSession {
     remembered: Mutex<Option<String>>,
-    level: Mutex<Option<rmcp::model::LoggingLevel>>,
+    level: crate::session::LogLevel,
 }
 
 #[derive(Clone)]
@@ -127,7 +127,7 @@ impl ServerHandler for DemoServer {
         request: rmcp::model::SetLevelRequestParams,
         _c: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        *self.session.level.lock().expect("level lock") = Some(request.level);
+        self.session.level.set(request.level);
         Ok(())
     }
 
@@ -230,8 +230,7 @@ impl ServerHandler for DemoServer {
                 let level: rmcp::model::LoggingLevel = serde_json::from_value(arg("level"))
                     .map_err(|e| ErrorData::invalid_params(format!("level: {e}"), None))?;
                 let message = arg("message").as_str().unwrap_or_default().to_string();
-                let floor = *self.session.level.lock().expect("level lock");
-                let sent = floor.is_none_or(|f| level_rank(level) >= level_rank(f));
+                let sent = self.session.level.allows(level);
                 if sent {
                     let params = rmcp::model::LoggingMessageNotificationParam::new(level, Value::String(message));
                     let _ = context.peer.notify_logging_message(params).await;
@@ -316,19 +315,6 @@ impl ServerHandler for DemoServer {
         let msg =
             PromptMessage::new_text(Role::User, format!("Summarise {topic} using the {} tools.", self.shared.name));
         Ok(GetPromptResult::new(vec![msg]).into())
-    }
-}
-fn level_rank(level: rmcp::model::LoggingLevel) -> u8 {
-    use rmcp::model::LoggingLevel as L;
-    match level {
-        L::Debug => 0,
-        L::Info => 1,
-        L::Notice => 2,
-        L::Warning => 3,
-        L::Error => 4,
-        L::Critical => 5,
-        L::Alert => 6,
-        L::Emergency => 7,
     }
 }
 

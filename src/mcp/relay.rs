@@ -38,16 +38,15 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{
-    ClientResult, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest,
-    ElicitRequestParams, ElicitResult, InputRequest, LoggingMessageNotificationParam, NumberOrString,
-    ProgressNotificationParam, ProgressToken, RequestId, ResourceUpdatedNotificationParam, ServerRequest,
+    ClientResult, InputRequest, LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam,
+    ProgressToken, RequestId, ResourceUpdatedNotificationParam, ServerRequest,
 };
 use rmcp::service::{OriginatingRequestId, Peer, RoleServer};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::session::LogLevel;
-use crate::upstream::{Relay, Source};
+use crate::upstream::{Relay, Source, request_name};
 
 /// How long a backend request naming one of our calls waits for that call to finish registering
 /// (the request can overtake [`CallGuard::sent`] by a scheduling step).
@@ -352,63 +351,23 @@ impl Hub {
         params.progress_token = original;
         let _ = tx.send(Relayed::Progress(params));
     }
-
-    /// A backend request from `from`, to the client of the call it belongs to.
-    async fn relay_request(
-        &self,
-        from: Source<'_>,
-        origin: Option<RequestId>,
-        request: InputRequest,
-    ) -> Result<Value, ErrorData> {
-        let what = request_name(&request);
-        let target =
-            self.route_request(from.conn, origin.as_ref()).await.map_err(|why| unroutable(what, from.backend, why))?;
-        ask_client(target, request).await
-    }
-}
-
-fn request_name(request: &InputRequest) -> &'static str {
-    match request {
-        InputRequest::CreateMessage(_) => "sampling/createMessage",
-        InputRequest::Elicitation(_) => "elicitation/create",
-        InputRequest::ListRoots(_) => "roots/list",
-        _ => "a request",
-    }
-}
-
-/// Turns the client's answer (JSON) into the result type the backend expects.
-fn answer_as<T: serde::de::DeserializeOwned>(what: &str, answer: Result<Value, ErrorData>) -> Result<T, ErrorData> {
-    let answer = answer?;
-    serde_json::from_value(answer.clone()).map_err(|_| unexpected_answer(what, &answer))
 }
 
 /// The gateway's shared connections: traffic goes by the rules at the top of this module.
 impl Relay for Hub {
-    fn create_message(
-        &self,
-        from: Source<'_>,
+    fn ask<'a>(
+        &'a self,
+        from: Source<'a>,
         origin: Option<RequestId>,
-        params: CreateMessageRequestParams,
-    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
-        let (backend, conn) = (from.backend.to_string(), from.conn);
+        request: InputRequest,
+    ) -> BoxFuture<'a, Result<Value, ErrorData>> {
         Box::pin(async move {
-            let request = InputRequest::CreateMessage(CreateMessageRequest::new(params));
-            let from = Source { backend: &backend, conn };
-            answer_as("sampling/createMessage", self.relay_request(from, origin, request).await)
-        })
-    }
-
-    fn create_elicitation(
-        &self,
-        from: Source<'_>,
-        origin: Option<RequestId>,
-        params: ElicitRequestParams,
-    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
-        let (backend, conn) = (from.backend.to_string(), from.conn);
-        Box::pin(async move {
-            let request = InputRequest::Elicitation(ElicitRequest::new(params));
-            let from = Source { backend: &backend, conn };
-            answer_as("elicitation/create", self.relay_request(from, origin, request).await)
+            let what = request_name(&request);
+            let target = self
+                .route_request(from.conn, origin.as_ref())
+                .await
+                .map_err(|why| unroutable(what, from.backend, why))?;
+            ask_client(target, request).await
         })
     }
 
@@ -458,55 +417,27 @@ pub struct SessionRelay {
     pub level: Arc<LogLevel>,
 }
 
-impl SessionRelay {
-    async fn request(
-        &self,
-        from: Source<'_>,
+impl Relay for SessionRelay {
+    fn ask<'a>(
+        &'a self,
+        from: Source<'a>,
         origin: Option<RequestId>,
         request: InputRequest,
-    ) -> Result<Value, ErrorData> {
-        match self.hub.route_request(from.conn, origin.as_ref()).await {
-            Ok(target) => ask_client(target, request).await,
-            // Nothing of this session's is running on the connection: ask the session itself.
-            Err(_) => {
-                let peer = self.peer.clone();
-                let request = server_request(request)?;
-                let answer = tokio::spawn(async move { peer.send_request(request).await })
-                    .await
-                    .map_err(|e| ErrorData::internal_error(format!("relaying to the client failed: {e}"), None))?
-                    .map_err(service_error)?;
-                serde_json::to_value(answer).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+    ) -> BoxFuture<'a, Result<Value, ErrorData>> {
+        Box::pin(async move {
+            match self.hub.route_request(from.conn, origin.as_ref()).await {
+                Ok(target) => ask_client(target, request).await,
+                // Nothing of this session's is running on the connection: ask the session itself.
+                Err(_) => {
+                    let peer = self.peer.clone();
+                    let request = server_request(request)?;
+                    let answer = tokio::spawn(async move { peer.send_request(request).await })
+                        .await
+                        .map_err(|e| ErrorData::internal_error(format!("relaying to the client failed: {e}"), None))?
+                        .map_err(service_error)?;
+                    serde_json::to_value(answer).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+                }
             }
-        }
-    }
-}
-
-impl Relay for SessionRelay {
-    fn create_message(
-        &self,
-        from: Source<'_>,
-        origin: Option<RequestId>,
-        params: CreateMessageRequestParams,
-    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
-        let (backend, conn) = (from.backend.to_string(), from.conn);
-        Box::pin(async move {
-            let request = InputRequest::CreateMessage(CreateMessageRequest::new(params));
-            let from = Source { backend: &backend, conn };
-            answer_as("sampling/createMessage", self.request(from, origin, request).await)
-        })
-    }
-
-    fn create_elicitation(
-        &self,
-        from: Source<'_>,
-        origin: Option<RequestId>,
-        params: ElicitRequestParams,
-    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
-        let (backend, conn) = (from.backend.to_string(), from.conn);
-        Box::pin(async move {
-            let request = InputRequest::Elicitation(ElicitRequest::new(params));
-            let from = Source { backend: &backend, conn };
-            answer_as("elicitation/create", self.request(from, origin, request).await)
         })
     }
 
@@ -538,10 +469,6 @@ impl Relay for SessionRelay {
             let _ = peer.notify_resource_updated(params).await;
         });
     }
-}
-
-fn unexpected_answer(what: &str, answer: &Value) -> ErrorData {
-    ErrorData::internal_error(format!("the client answered {what} with something else: {answer}"), None)
 }
 
 fn service_error(e: rmcp::ServiceError) -> ErrorData {

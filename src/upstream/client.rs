@@ -15,11 +15,12 @@ use futures::future::BoxFuture;
 use rmcp::ClientHandler;
 use rmcp::ErrorData;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
-    ElicitResult, Implementation, LoggingMessageNotificationParam, ProgressNotificationParam, RequestId,
-    ResourceUpdatedNotificationParam,
+    ClientCapabilities, ClientConfig, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequest, ElicitRequestParams, ElicitResult, Implementation, InputRequest, LoggingMessageNotificationParam,
+    ProgressNotificationParam, RequestId, ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext, RoleClient};
+use serde_json::Value;
 use tokio::sync::Notify;
 
 /// Which connection backend traffic came on.
@@ -33,21 +34,15 @@ pub struct Source<'a> {
 
 /// Where backend-initiated traffic goes (the MCP layer implements it).
 pub trait Relay: Send + Sync + 'static {
-    /// `sampling/createMessage` from a backend, to be answered by the client whose call caused it.
-    /// `origin` is the id of our call whose response stream carried the request, if known.
-    fn create_message(
-        &self,
-        from: Source<'_>,
+    /// A backend's request for input (`sampling/createMessage`, `elicitation/create`), to be
+    /// answered by the client whose call caused it; the answer as JSON. `origin` is the id of our
+    /// call whose response stream carried the request, if known.
+    fn ask<'a>(
+        &'a self,
+        from: Source<'a>,
         origin: Option<RequestId>,
-        params: CreateMessageRequestParams,
-    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>>;
-    /// `elicitation/create` from a backend, likewise.
-    fn create_elicitation(
-        &self,
-        from: Source<'_>,
-        origin: Option<RequestId>,
-        params: ElicitRequestParams,
-    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>>;
+        request: InputRequest,
+    ) -> BoxFuture<'a, Result<Value, ErrorData>>;
     fn progress(&self, from: Source<'_>, params: ProgressNotificationParam);
     fn logging(&self, from: Source<'_>, params: LoggingMessageNotificationParam);
     /// A backend resource changed (`notifications/resources/updated`).
@@ -58,21 +53,14 @@ pub trait Relay: Send + Sync + 'static {
 pub struct NoRelay;
 
 impl Relay for NoRelay {
-    fn create_message(
-        &self,
-        _: Source<'_>,
+    fn ask<'a>(
+        &'a self,
+        _: Source<'a>,
         _: Option<RequestId>,
-        _: CreateMessageRequestParams,
-    ) -> BoxFuture<'_, Result<CreateMessageResult, ErrorData>> {
-        Box::pin(async { Err(ErrorData::internal_error("no client to relay sampling to", None)) })
-    }
-    fn create_elicitation(
-        &self,
-        _: Source<'_>,
-        _: Option<RequestId>,
-        _: ElicitRequestParams,
-    ) -> BoxFuture<'_, Result<ElicitResult, ErrorData>> {
-        Box::pin(async { Err(ErrorData::internal_error("no client to relay elicitation to", None)) })
+        request: InputRequest,
+    ) -> BoxFuture<'a, Result<Value, ErrorData>> {
+        let what = request_name(&request);
+        Box::pin(async move { Err(ErrorData::internal_error(format!("no client to relay {what} to"), None)) })
     }
     fn progress(&self, _: Source<'_>, _: ProgressNotificationParam) {}
     fn logging(&self, _: Source<'_>, _: LoggingMessageNotificationParam) {}
@@ -102,6 +90,29 @@ impl UpstreamClient {
     fn from(&self) -> Source<'_> {
         Source { backend: &self.backend, conn: self.conn }
     }
+
+    /// Relays a backend's request for input and reads the client's answer as the backend's type.
+    async fn ask<T: serde::de::DeserializeOwned>(
+        &self,
+        context: &RequestContext<RoleClient>,
+        request: InputRequest,
+    ) -> Result<T, ErrorData> {
+        let what = request_name(&request);
+        let answer = self.relay.ask(self.from(), origin(context), request).await?;
+        serde_json::from_value(answer.clone()).map_err(|_| {
+            ErrorData::internal_error(format!("the client answered {what} with something else: {answer}"), None)
+        })
+    }
+}
+
+/// The method name of a request for input, for messages.
+pub fn request_name(request: &InputRequest) -> &'static str {
+    match request {
+        InputRequest::CreateMessage(_) => "sampling/createMessage",
+        InputRequest::Elicitation(_) => "elicitation/create",
+        InputRequest::ListRoots(_) => "roots/list",
+        _ => "a request",
+    }
 }
 
 impl ClientHandler for UpstreamClient {
@@ -116,7 +127,7 @@ impl ClientHandler for UpstreamClient {
         params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        self.relay.create_message(self.from(), origin(&context), params).await
+        self.ask(&context, InputRequest::CreateMessage(CreateMessageRequest::new(params))).await
     }
 
     async fn create_elicitation(
@@ -124,7 +135,7 @@ impl ClientHandler for UpstreamClient {
         params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        self.relay.create_elicitation(self.from(), origin(&context), params).await
+        self.ask(&context, InputRequest::Elicitation(ElicitRequest::new(params))).await
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {

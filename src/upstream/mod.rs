@@ -654,4 +654,4 @@ impl Upstream {
     }
 }
 
-pub use client::{NoRelay, Relay, Source};
+pub use client::{NoRelay, Relay, Source, request_name};

@@ -88,6 +88,12 @@ fn with_session(toml: String, mode: &str) -> String {
     format!("{toml}session = \"{mode}\"\n")
 }
 
+/// The testkit twice, both `per_client`: `web` over HTTP at `url` (the default mode) and `cli`
+/// over stdio (configured so).
+fn web_and_cli(url: &str) -> String {
+    format!("{}{}", http_backend_toml("web", url), with_session(stdio_backend_toml("cli", "testkit"), "per_client"))
+}
+
 fn open_upstreams(app: &App, backend: &str) -> usize {
     app.gateway.upstream.get(backend).unwrap().client_sessions()
 }
@@ -95,12 +101,7 @@ fn open_upstreams(app: &App, backend: &str) -> usize {
 #[tokio::test]
 async fn per_client_backends_keep_each_clients_state_over_http_and_stdio() {
     let kit = http_backend("testkit").await;
-    // HTTP backends are per_client by default; a stdio one is when configured so.
-    let backends = format!(
-        "{}{}",
-        http_backend_toml("web", &kit.url),
-        with_session(stdio_backend_toml("cli", "testkit"), "per_client")
-    );
+    let backends = web_and_cli(&kit.url);
     let app = passthrough(&backends, "").await;
     let a = connect(&app, Who::new("A")).await;
     let b = connect(&app, Who::new("B")).await;
@@ -187,11 +188,7 @@ async fn shared_backends_are_one_backend_session_for_every_client() {
 #[tokio::test]
 async fn requests_unlinked_to_a_call_reach_the_client_whose_session_sent_them() {
     let kit = http_backend("testkit").await;
-    let backends = format!(
-        "{}{}",
-        http_backend_toml("web", &kit.url),
-        with_session(stdio_backend_toml("cli", "testkit"), "per_client")
-    );
+    let backends = web_and_cli(&kit.url);
     let app = passthrough(&backends, "").await;
     let names = ["A", "B", "C", "D", "E"];
     let mut clients = Vec::new();
