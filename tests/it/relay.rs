@@ -233,7 +233,9 @@ async fn overlapping_asks(backend_toml: &str) -> (CallToolResult, CallToolResult
 #[tokio::test]
 async fn sampling_goes_to_the_session_whose_call_asked() {
     let kit = http_backend("testkit").await;
-    let (a, b) = overlapping_asks(&http_backend_toml("kit", &kit.url)).await;
+    // On one connection shared by both sessions, the request's stream says whose call it is.
+    let shared = format!("{}session = \"shared\"\n", http_backend_toml("kit", &kit.url));
+    let (a, b) = overlapping_asks(&shared).await;
     assert_eq!(text(&a), "A answers from A", "session A's call is answered by A");
     assert_eq!(text(&b), "B answers from B");
 }
