@@ -14,6 +14,7 @@
 //! | `upstream` | backend MCP clients: connect, list, forward, reconnect |
 //! | `health`   | probes, status, circuit breaker, change notifier |
 //! | `session`  | per-session scope snapshots behind ArcSwap, resync |
+//! | `auth`     | who is calling (bearer tokens, JWT) and what they may use (`[[policy]]`) |
 //! | `mcp`      | the MCP surface: passthrough and optimizer handlers |
 //! | `http`     | the axum router: /mcp, /healthz, /readyz, limits |
 //! | `app`      | the composition root: builds and owns everything |
@@ -23,6 +24,7 @@
 //! the name of the vector path this CPU runs.
 
 pub mod app;
+pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod demo;

@@ -21,7 +21,7 @@ use crate::health::Monitor;
 use crate::mcp::Gateway;
 use crate::mcp::gateway::Parts;
 use crate::mcp::relay::Hub;
-use crate::session::{AllowAll, Policy};
+use crate::session::Policy;
 use crate::store::Store;
 use crate::upstream::Upstream;
 
@@ -40,14 +40,15 @@ pub enum EmbedderChoice {
 
 pub struct Options {
     pub embedder: EmbedderChoice,
-    pub policy: Arc<dyn Policy>,
+    /// Replaces the policy the config's `[[policy]]` rules make.
+    pub policy: Option<Arc<dyn Policy>>,
     /// Serve HTTP (false for `toolmux find` and stdio serving).
     pub http: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { embedder: EmbedderChoice::FromConfig, policy: Arc::new(AllowAll), http: true }
+        Self { embedder: EmbedderChoice::FromConfig, policy: None, http: true }
     }
 }
 
@@ -95,6 +96,13 @@ impl App {
         let relay = Hub::new();
         let upstream = Arc::new(Upstream::new(&config.backends, relay.clone()));
         let health = Monitor::new(config.health.clone(), &upstream);
+        let authenticator = Arc::new(crate::auth::Authenticator::new(&config.auth).await);
+        if let Some(jwt) = authenticator.jwt() {
+            tasks.spawn(jwt.run_refresh(ct.child_token()));
+        }
+        let policy = opts.policy.unwrap_or_else(|| {
+            Arc::new(crate::auth::policy::Rules::new(&config.policy, authenticator.required())) as Arc<dyn Policy>
+        });
         let gateway = Gateway::new(Parts {
             mode: config.server.mode,
             max_tools: config.optimizer.max_tools_to_return,
@@ -103,7 +111,7 @@ impl App {
             store,
             upstream: upstream.clone(),
             health: health.clone(),
-            policy: opts.policy,
+            policy,
             relay,
             notice_window: config.health.interval,
             limits: config.server.limits.clone(),
@@ -124,7 +132,7 @@ impl App {
                 .await
                 .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
             let addr = listener.local_addr()?;
-            let router = crate::http::router(gateway.clone(), &config.server, addr, &ct);
+            let router = crate::http::router(gateway.clone(), &config.server, (&config.auth, authenticator), addr, &ct);
             let limits = crate::http::serve::Limits {
                 max_connections: config.server.limits.max_connections,
                 header_timeout: config.server.limits.header_timeout,

@@ -5,7 +5,13 @@
 //! the gateway uses, collecting every problem instead of stopping at the first, each named by its
 //! key path and the line it stands on. Nothing binds or spawns before this succeeds.
 
+mod auth;
 mod raw;
+
+pub use auth::{
+    AuthConfig, AuthMode, BearerToken, CLIENT_PRINCIPAL, CLIENT_TOKEN, JWT_ALGORITHMS, JwksSource, JwtConfig,
+    PolicyRule,
+};
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -31,6 +37,8 @@ pub struct Config {
     pub aggregation: Aggregation,
     pub optimizer: OptimizerConfig,
     pub health: HealthConfig,
+    pub auth: AuthConfig,
+    pub policy: Vec<PolicyRule>,
 }
 
 #[derive(Debug, Clone)]
@@ -269,7 +277,9 @@ impl Validator<'_> {
         let aggregation = self.aggregation(raw.aggregation.unwrap_or_default(), &names);
         let optimizer = self.optimizer(raw.optimizer.unwrap_or_default());
         let health = self.health(raw.health.unwrap_or_default());
-        Config { server, backends, aggregation, optimizer, health }
+        let auth = self.auth(raw.auth.unwrap_or_default(), server.listen);
+        let policy = self.policy(raw.policy, &names);
+        Config { server, backends, aggregation, optimizer, health, auth, policy }
     }
 
     fn server(&mut self, raw: raw::Server) -> ServerConfig {
@@ -401,10 +411,7 @@ impl Validator<'_> {
                             Ok(v) => {
                                 headers.insert(h, v);
                             }
-                            Err(var) => self.problem(
-                                format!("backends[{i}].headers.{h}"),
-                                format!("environment variable `{var}` is not set"),
-                            ),
+                            Err(var) => self.problem(format!("backends[{i}].headers.{h}"), unset(&var)),
                         }
                     }
                     Transport::Http { url, headers }
@@ -419,13 +426,14 @@ impl Validator<'_> {
                     let mut env = BTreeMap::new();
                     for (k, v) in b.env.unwrap_or_default() {
                         match expand_env(&v) {
+                            Ok(v) if carries_identity(&v) => self.problem(
+                                format!("backends[{i}].env.{k}"),
+                                "the caller's identity can only go in an HTTP backend's headers",
+                            ),
                             Ok(v) => {
                                 env.insert(k, v);
                             }
-                            Err(var) => self.problem(
-                                format!("backends[{i}].env.{k}"),
-                                format!("environment variable `{var}` is not set"),
-                            ),
+                            Err(var) => self.problem(format!("backends[{i}].env.{k}"), unset(&var)),
                         }
                     }
                     Transport::Stdio { command, args: b.args.unwrap_or_default(), env, cwd: b.cwd.map(PathBuf::from) }
@@ -442,6 +450,23 @@ impl Validator<'_> {
                     SessionMode::Shared
                 }
             };
+            if let Transport::Http { headers, .. } = &transport {
+                for (h, v) in headers.iter().filter(|(_, v)| carries_identity(v)) {
+                    let why = if session == SessionMode::Shared {
+                        "the backend is `session = \"shared\"`: one backend session serves every caller, so it can \
+                         only carry static credentials; set `session = \"per_client\"`"
+                    } else if protocol == Protocol::Stateless {
+                        "the backend speaks 2026-07-28, where toolmux keeps one connection for every caller; use \
+                         protocol = \"2025-11-25\" or \"auto\""
+                    } else {
+                        continue;
+                    };
+                    self.problem(
+                        format!("backends[{i}].headers.{h}"),
+                        format!("`{v}` carries the caller's identity, but {why}"),
+                    );
+                }
+            }
             let max_instances = self.count(&key("max_instances"), b.max_instances, DEFAULT_MAX_INSTANCES);
             if b.max_instances.is_some() && !matches!(transport, Transport::Stdio { .. }) {
                 self.problem(key("max_instances"), "only stdio backends (with `command`) take this key");
@@ -545,7 +570,21 @@ impl Validator<'_> {
     }
 }
 
-/// Expands `${VAR}` from the environment; returns the name of a variable that is not set.
+/// Whether a header value uses the caller's identity (filled in per upstream session).
+pub fn carries_identity(value: &str) -> bool {
+    value.contains(CLIENT_TOKEN) || value.contains(CLIENT_PRINCIPAL)
+}
+
+fn unset(var: &str) -> String {
+    match var.strip_prefix("client.") {
+        Some(field) => format!("`{field}` is not a caller field; use ${{client.token}} or ${{client.principal}}"),
+        None => format!("environment variable `{var}` is not set"),
+    }
+}
+
+/// Expands `${VAR}` from the environment, leaving the caller placeholders `${client.token}` and
+/// `${client.principal}` for each upstream session to fill; returns the name of a variable that
+/// is not set.
 fn expand_env(value: &str) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
@@ -557,7 +596,11 @@ fn expand_env(value: &str) -> Result<String, String> {
             return Ok(out);
         };
         let var = &after[..end];
-        out.push_str(&std::env::var(var).map_err(|_| var.to_string())?);
+        match var {
+            "client.token" | "client.principal" => out.push_str(&rest[start..start + 2 + end + 1]),
+            _ if var.starts_with("client.") => return Err(var.to_string()),
+            _ => out.push_str(&std::env::var(var).map_err(|_| var.to_string())?),
+        }
         rest = &after[end + 1..];
     }
     out.push_str(rest);

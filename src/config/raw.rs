@@ -17,6 +17,57 @@ pub struct File {
     pub aggregation: Option<Aggregation>,
     pub optimizer: Option<Optimizer>,
     pub health: Option<Health>,
+    pub auth: Option<Auth>,
+    #[serde(default)]
+    pub policy: Vec<PolicyRule>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Auth {
+    pub mode: Option<String>,
+    pub insecure_no_auth_on_network: Option<bool>,
+    pub resource_url: Option<String>,
+    pub public_health: Option<bool>,
+    #[serde(default)]
+    pub tokens: Vec<Token>,
+    pub jwt: Option<Jwt>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Token {
+    pub principal: String,
+    pub groups: Option<Vec<String>>,
+    pub sha256: Option<String>,
+    pub env: Option<String>,
+    pub file: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Jwt {
+    pub issuer: Option<String>,
+    pub audiences: Option<Vec<String>>,
+    pub jwks_url: Option<String>,
+    pub jwks_file: Option<String>,
+    pub jwks_refresh: Option<String>,
+    pub jwks_timeout: Option<String>,
+    pub algorithms: Option<Vec<String>>,
+    pub principal_claim: Option<String>,
+    pub groups_claim: Option<String>,
+    pub leeway: Option<String>,
+    pub authorization_servers: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyRule {
+    pub principals: Option<Vec<String>>,
+    pub groups: Option<Vec<String>>,
+    pub backends: Option<Vec<String>>,
+    pub tools: Option<Vec<String>>,
+    pub effect: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

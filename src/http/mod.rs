@@ -7,6 +7,7 @@
 //! `DELETE` (200 when a session ends, 404 for one that does not exist). Connection limits are
 //! [`serve`]'s.
 
+pub mod auth;
 pub mod jsonrpc;
 pub mod serve;
 
@@ -24,10 +25,17 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ServerConfig;
+use crate::config::{AuthConfig, ServerConfig};
 use crate::mcp::{Gateway, GatewayHandler};
+use crate::session::Caller;
 
-pub fn router(gw: Arc<Gateway>, server: &ServerConfig, bound: SocketAddr, ct: &CancellationToken) -> Router {
+pub fn router(
+    gw: Arc<Gateway>,
+    server: &ServerConfig,
+    auth: (&AuthConfig, Arc<crate::auth::Authenticator>),
+    bound: SocketAddr,
+    ct: &CancellationToken,
+) -> Router {
     let mut cfg = StreamableHttpServerConfig::default()
         .with_cancellation_token(ct.child_token())
         .with_max_request_body_bytes(server.max_body);
@@ -60,12 +68,25 @@ pub fn router(gw: Arc<Gateway>, server: &ServerConfig, bound: SocketAddr, ct: &C
         max_body: server.max_body,
         body_timeout: server.limits.body_timeout,
         max_sessions: server.limits.max_sessions,
+        owners: Default::default(),
     });
-    let mcp = Router::new().fallback_service(mcp).layer(axum::middleware::from_fn(move |req, next| {
-        let edge = edge.clone();
-        async move { edge.check(req, next).await }
-    }));
-    Router::new().nest_service(&server.path, mcp).route("/healthz", get(|| async { "ok\n" })).route(
+    let gate =
+        Arc::new(auth::Edge { auth: auth.1, resource_url: auth.0.resource_url.clone(), path: server.path.clone() });
+    let checked = {
+        let gate = gate.clone();
+        axum::middleware::from_fn(move |req, next| {
+            let gate = gate.clone();
+            async move { gate.check(req, next).await }
+        })
+    };
+    let mcp = Router::new()
+        .fallback_service(mcp)
+        .layer(axum::middleware::from_fn(move |req, next| {
+            let edge = edge.clone();
+            async move { edge.check(req, next).await }
+        }))
+        .layer(checked.clone());
+    let health = Router::new().route("/healthz", get(|| async { "ok\n" })).route(
         "/readyz",
         get(move || {
             let gw = ready_gw.clone();
@@ -77,7 +98,17 @@ pub fn router(gw: Arc<Gateway>, server: &ServerConfig, bound: SocketAddr, ct: &C
                 }
             }
         }),
-    )
+    );
+    let health = if auth.0.public_health { health } else { health.layer(checked) };
+    let metadata = get(move |headers: axum::http::HeaderMap| {
+        let gate = gate.clone();
+        async move { gate.metadata(&headers) }
+    });
+    Router::new()
+        .nest_service(&server.path, mcp)
+        .merge(health)
+        .route(auth::METADATA_PATH, metadata.clone())
+        .route(&format!("{}{}", auth::METADATA_PATH, server.path), metadata)
 }
 
 /// What toolmux checks before rmcp sees a request.
@@ -86,15 +117,43 @@ struct Edge {
     max_body: usize,
     body_timeout: Duration,
     max_sessions: usize,
+    /// The principal that created each session: only it may use the session.
+    owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Edge {
     async fn check(&self, req: Request, next: Next) -> Response {
-        match *req.method() {
+        let principal = req.extensions().get::<Caller>().map_or("anonymous", |c| c.principal.as_str()).to_string();
+        let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        if let Some(id) = &session {
+            // Another principal's session is answered like one that does not exist.
+            let owner = self.owners.lock().expect("owners lock").get(id).cloned();
+            if owner.is_some_and(|o| o != principal) {
+                tracing::info!(%principal, "request refused: 404 for another principal's session");
+                return (StatusCode::NOT_FOUND, "no such session\n").into_response();
+            }
+        }
+        let response = match *req.method() {
             axum::http::Method::POST => self.post(req, next).await,
             axum::http::Method::DELETE => self.delete(req, next).await,
             _ => next.run(req).await,
+        };
+        if session.is_none()
+            && let Some(id) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+        {
+            self.own(id, principal).await;
         }
+        response
+    }
+
+    /// Records `principal` as the owner of the new session `id`, and forgets sessions that ended.
+    async fn own(&self, id: &str, principal: String) {
+        let known = self.owners.lock().expect("owners lock").len();
+        if known >= 64 && known >= 2 * self.sessions.sessions.read().await.len() {
+            let live = self.sessions.sessions.read().await;
+            self.owners.lock().expect("owners lock").retain(|id, _| live.contains_key(id.as_str()));
+        }
+        self.owners.lock().expect("owners lock").insert(id.to_string(), principal);
     }
 
     /// Answers a body over `max_body` with 413, one that does not arrive in time with 408, one

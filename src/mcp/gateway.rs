@@ -23,7 +23,7 @@ use crate::mcp::relay::{Hub, SessionRelay};
 use crate::mcp::rounds::Parked;
 use crate::session::{Caller, Policy, SessionHandle, Snapshot, scope};
 use crate::store::Store;
-use crate::upstream::{ClientUpstreams, Upstream};
+use crate::upstream::{ClientUpstreams, Identity, Upstream};
 
 /// Stateless callers whose scopes are cached (least recently used out first).
 const STATELESS_SCOPES: usize = 1024;
@@ -65,7 +65,7 @@ pub struct Gateway {
     pub store: Arc<Store>,
     pub upstream: Arc<Upstream>,
     pub health: Arc<Monitor>,
-    policy: Arc<dyn Policy>,
+    pub(crate) policy: Arc<dyn Policy>,
     pub relay: Arc<Hub>,
     /// Calls waiting for a session-less client's input (`rounds`).
     pub parked: Arc<Parked>,
@@ -153,7 +153,8 @@ impl Gateway {
         let handle = SessionHandle::new(caller.clone(), self.scope_for(&caller), self.limits.max_calls_per_session);
         if let Some(peer) = peer {
             let relay = SessionRelay { hub: self.relay.clone(), peer: peer.clone(), level: handle.level.clone() };
-            handle.set_upstreams(ClientUpstreams::new(Arc::new(relay), self.limits.session_idle_timeout));
+            let identity = Identity { principal: caller.principal.clone(), token: caller.token.clone() };
+            handle.set_upstreams(ClientUpstreams::new(Arc::new(relay), self.limits.session_idle_timeout, identity));
             handle.set_peer(peer);
         }
         {

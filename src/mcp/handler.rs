@@ -27,7 +27,6 @@ use rmcp::model::{
 use rmcp::model::{InputRequests, InputRequiredResult};
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
-use sha2::{Digest, Sha256};
 
 use super::gateway::Gateway;
 use super::meta::{self, CALL_TOOL, FIND_TOOL, TokenMetrics, Unavailable};
@@ -36,7 +35,7 @@ use super::rounds::{self, Parked, PendingCall, Retry};
 use crate::catalog::ConflictResolution;
 use crate::config::Mode;
 use crate::index::{AllowList, Slot};
-use crate::session::{Caller, SessionHandle, Snapshot};
+use crate::session::{Access, Caller, SessionHandle, Snapshot};
 use crate::store::{Query, Ranker};
 use crate::upstream::{Answer, Backend, CallError, Link};
 
@@ -63,6 +62,11 @@ impl GatewayHandler {
 
     fn advertisable_backends(&self) -> impl Iterator<Item = &Arc<Backend>> {
         self.gw.upstream.backends.iter().filter(|b| self.gw.advertisable(b.name()))
+    }
+
+    /// Advertisable backends whose resources and prompts `caller` may use (the whole backend).
+    fn usable_backends<'a>(&'a self, caller: &'a Caller) -> impl Iterator<Item = &'a Arc<Backend>> + 'a {
+        self.advertisable_backends().filter(move |b| self.gw.policy.backend(caller, b.name()) == Access::All)
     }
 
     /// The connection a request to `backend` travels on: this session's own upstream session
@@ -411,17 +415,13 @@ fn too_many_rounds(backend: &str) -> CallToolResult {
     meta::error_result(too_many_rounds_text(backend))
 }
 
-/// A stable, non-secret key for the caller: a hash of its credentials, if any.
+/// The caller the HTTP edge authenticated (`anonymous` without authentication, and over stdio).
 fn caller_of(ctx: &RequestContext<RoleServer>) -> Caller {
-    let auth = ctx
-        .extensions
+    ctx.extensions
         .get::<http::request::Parts>()
-        .and_then(|p| p.headers.get(http::header::AUTHORIZATION))
-        .map(|v| v.as_bytes().to_vec());
-    match auth {
-        Some(a) => Caller { key: crate::embed::files::hex(&Sha256::digest(&a)[..16]) },
-        None => Caller::anonymous(),
-    }
+        .and_then(|p| p.extensions.get::<Caller>())
+        .cloned()
+        .unwrap_or_else(Caller::anonymous)
 }
 
 impl ServerHandler for GatewayHandler {
@@ -522,14 +522,15 @@ impl ServerHandler for GatewayHandler {
         mut request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
+        let caller = self.caller(&context);
         let owner = match &mut request.r#ref {
             Reference::Prompt(p) => {
-                self.prompts().into_iter().find(|(e, _, _)| e.name == p.name).map(|(_, b, original)| {
+                self.prompts(&caller).into_iter().find(|(e, _, _)| e.name == p.name).map(|(_, b, original)| {
                     p.name = original;
                     b
                 })
             }
-            Reference::Resource(r) => self.resource_owner(&r.uri.clone()),
+            Reference::Resource(r) => self.resource_owner(&caller, &r.uri.clone()),
             _ => None,
         };
         let Some(backend) = owner else {
@@ -544,7 +545,7 @@ impl ServerHandler for GatewayHandler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let Some(backend) = self.resource_owner(&request.uri) else {
+        let Some(backend) = self.resource_owner(&self.caller(&context), &request.uri) else {
             return Err(ErrorData::resource_not_found(format!("resource not found: {}", request.uri), None));
         };
         let uri = request.uri.clone();
@@ -562,7 +563,7 @@ impl ServerHandler for GatewayHandler {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let Some(backend) = self.resource_owner(&request.uri) else {
+        let Some(backend) = self.resource_owner(&self.caller(&context), &request.uri) else {
             self.gw.relay.unsubscribe(&request.uri, &context.peer);
             return Ok(());
         };
@@ -603,11 +604,12 @@ impl ServerHandler for GatewayHandler {
     async fn list_resources(
         &self,
         _r: Option<PaginatedRequestParams>,
-        _c: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        let caller = self.caller(&context);
         let mut seen = HashSet::new();
         let mut out = Vec::new();
-        for b in self.advertisable_backends() {
+        for b in self.usable_backends(&caller) {
             for r in &b.listing().resources {
                 if seen.insert(r.uri.clone()) {
                     out.push(r.clone());
@@ -620,11 +622,12 @@ impl ServerHandler for GatewayHandler {
     async fn list_resource_templates(
         &self,
         _r: Option<PaginatedRequestParams>,
-        _c: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let caller = self.caller(&context);
         let mut seen = HashSet::new();
         let mut out = Vec::new();
-        for b in self.advertisable_backends() {
+        for b in self.usable_backends(&caller) {
             for t in &b.listing().templates {
                 if seen.insert(t.uri_template.clone()) {
                     out.push(t.clone());
@@ -640,7 +643,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let uri = request.uri.clone();
-        let Some(backend) = self.resource_owner(&uri) else {
+        let Some(backend) = self.resource_owner(&self.caller(&context), &uri) else {
             return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
         };
         let link = self.link(&backend).await.map_err(wire_error)?;
@@ -656,9 +659,10 @@ impl ServerHandler for GatewayHandler {
     async fn list_prompts(
         &self,
         _r: Option<PaginatedRequestParams>,
-        _c: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        Ok(ListPromptsResult::with_all_items(self.prompts().into_iter().map(|(p, _, _)| p).collect()))
+        let prompts = self.prompts(&self.caller(&context));
+        Ok(ListPromptsResult::with_all_items(prompts.into_iter().map(|(p, _, _)| p).collect()))
     }
 
     async fn get_prompt(
@@ -666,7 +670,8 @@ impl ServerHandler for GatewayHandler {
         mut request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let Some((_, backend, original)) = self.prompts().into_iter().find(|(p, _, _)| p.name == request.name) else {
+        let prompts = self.prompts(&self.caller(&context));
+        let Some((_, backend, original)) = prompts.into_iter().find(|(p, _, _)| p.name == request.name) else {
             return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
         };
         request.name = original;
@@ -683,22 +688,22 @@ impl ServerHandler for GatewayHandler {
 
 impl GatewayHandler {
     /// The advertised backend serving `uri`: one that lists it, else one whose template fits it.
-    fn resource_owner(&self, uri: &str) -> Option<Arc<Backend>> {
-        self.advertisable_backends()
+    fn resource_owner(&self, caller: &Caller, uri: &str) -> Option<Arc<Backend>> {
+        self.usable_backends(caller)
             .find(|b| b.listing().resources.iter().any(|r| r.uri == uri))
             .or_else(|| {
-                self.advertisable_backends()
+                self.usable_backends(caller)
                     .find(|b| b.listing().templates.iter().any(|t| template_matches(&t.uri_template, uri)))
             })
             .cloned()
     }
 
     /// Exposed prompts with their backend and original name; named like tools.
-    fn prompts(&self) -> Vec<(Prompt, Arc<Backend>, String)> {
+    fn prompts(&self, caller: &Caller) -> Vec<(Prompt, Arc<Backend>, String)> {
         let agg = &self.gw.aggregation;
         let mut seen = HashSet::new();
         let mut out = Vec::new();
-        for b in self.advertisable_backends() {
+        for b in self.usable_backends(caller) {
             for p in &b.listing().prompts {
                 let name = match agg.conflict_resolution {
                     ConflictResolution::Prefix => {

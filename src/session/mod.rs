@@ -19,38 +19,80 @@ use crate::index::{AllowList, Slot};
 use crate::store::Generation;
 use crate::upstream::ClientUpstreams;
 
-/// Who is asking. Sessions and stateless callers both have one.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Who is asking, as authentication established it. Sessions and stateless callers both have
+/// one. Two callers are the same when their principal and groups are: the token is carried only
+/// for backends configured to pass it on, and never compared, hashed or logged.
+#[derive(Clone)]
 pub struct Caller {
-    /// A stable, non-secret key (e.g. a hash of the credentials), or `anonymous`.
-    pub key: String,
+    /// The verified principal's name, or `anonymous` without authentication.
+    pub principal: String,
+    pub groups: Vec<String>,
+    /// The bearer token the caller presented, if any.
+    pub token: Option<Arc<str>>,
 }
 
 impl Caller {
     pub fn anonymous() -> Self {
-        Self { key: "anonymous".into() }
+        Self::named("anonymous", Vec::new())
+    }
+
+    pub fn named(principal: &str, groups: Vec<String>) -> Self {
+        Self { principal: principal.to_string(), groups, token: None }
     }
 }
 
-/// Narrows a caller's scope beyond backend health; the hook authorization plugs into.
-pub trait Policy: Send + Sync + 'static {
-    fn allows(&self, caller: &Caller, tool: &CatalogTool) -> bool;
-
-    /// True if `caller` may use every tool: [`scope`] then skips the per-tool walk.
-    fn allows_everything(&self, _caller: &Caller) -> bool {
-        false
+impl PartialEq for Caller {
+    fn eq(&self, other: &Self) -> bool {
+        self.principal == other.principal && self.groups == other.groups
     }
+}
+
+impl Eq for Caller {}
+
+impl std::hash::Hash for Caller {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.principal.hash(state);
+        self.groups.hash(state);
+    }
+}
+
+impl std::fmt::Debug for Caller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Caller")
+            .field("principal", &self.principal)
+            .field("groups", &self.groups)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a caller may use of one backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Every tool, and its resources and prompts.
+    All,
+    Nothing,
+    /// Some tools ([`Policy::allows`] says which); no resources or prompts.
+    Some,
+}
+
+/// Narrows a caller's scope beyond backend health; authorization implements it.
+pub trait Policy: Send + Sync + 'static {
+    /// What `caller` may use of `backend`, asked once per backend.
+    fn backend(&self, caller: &Caller, backend: &str) -> Access;
+
+    /// With [`Access::Some`]: whether `caller` may use the tool `backend` calls `tool`.
+    fn allows(&self, caller: &Caller, backend: &str, tool: &str) -> bool;
 }
 
 /// Allows every tool to every caller.
 pub struct AllowAll;
 
 impl Policy for AllowAll {
-    fn allows(&self, _: &Caller, _: &CatalogTool) -> bool {
-        true
+    fn backend(&self, _: &Caller, _: &str) -> Access {
+        Access::All
     }
 
-    fn allows_everything(&self, _: &Caller) -> bool {
+    fn allows(&self, _: &Caller, _: &str, _: &str) -> bool {
         true
     }
 }
@@ -107,21 +149,24 @@ pub fn scope(
     let tools = generation.catalog.tools();
     let mut allow = AllowList::none(tools.len());
     let mut baseline_tokens = 0;
-    let everything = policy.allows_everything(caller);
     for b in &generation.by_backend {
         if !advertisable(&b.backend) {
             continue;
         }
-        if everything {
-            allow.union_with(&b.slots);
-            baseline_tokens += b.tokens;
-            continue;
-        }
-        for slot in b.slots.iter() {
-            let t = &tools[slot as usize];
-            if policy.allows(caller, t) {
-                allow.insert(slot);
-                baseline_tokens += t.tokens;
+        match policy.backend(caller, &b.backend) {
+            Access::Nothing => {}
+            Access::All => {
+                allow.union_with(&b.slots);
+                baseline_tokens += b.tokens;
+            }
+            Access::Some => {
+                for slot in b.slots.iter() {
+                    let t = &tools[slot as usize];
+                    if policy.allows(caller, &b.backend, &t.key.tool) {
+                        allow.insert(slot);
+                        baseline_tokens += t.tokens;
+                    }
+                }
             }
         }
     }
@@ -251,8 +296,12 @@ mod tests {
 
     struct OnlyEcho;
     impl Policy for OnlyEcho {
-        fn allows(&self, _: &Caller, t: &CatalogTool) -> bool {
-            &*t.key.tool == "echo"
+        fn backend(&self, _: &Caller, _: &str) -> Access {
+            Access::Some
+        }
+
+        fn allows(&self, _: &Caller, _: &str, tool: &str) -> bool {
+            tool == "echo"
         }
     }
 

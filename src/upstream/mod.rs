@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{BackendConfig, Protocol, SessionMode, Transport};
 
 pub use client::UpstreamClient;
-pub use session::{ClientUpstreams, InUse};
+pub use session::{ClientUpstreams, Identity, InUse};
 
 /// First and last reconnect delays.
 const BACKOFF_START: Duration = Duration::from_millis(200);
@@ -205,10 +205,20 @@ impl Backend {
     /// per-session state, so its shared connection serves everyone alike).
     pub fn per_client(&self) -> bool {
         self.config.session == SessionMode::PerClient
-            && match self.peer().and_then(|p| p.peer_info()) {
-                Some(info) => info.protocol_version.has_initialize(),
-                None => self.config.protocol != Protocol::Stateless,
-            }
+            && (self.carries_identity()
+                || match self.peer().and_then(|p| p.peer_info()) {
+                    Some(info) => info.protocol_version.has_initialize(),
+                    None => self.config.protocol != Protocol::Stateless,
+                })
+    }
+
+    /// Whether its headers carry the caller's identity: then each client needs a connection of
+    /// its own whatever revision the backend speaks.
+    fn carries_identity(&self) -> bool {
+        match &self.config.transport {
+            Transport::Http { headers, .. } => headers.values().any(|v| crate::config::carries_identity(v)),
+            Transport::Stdio { .. } => false,
+        }
     }
 
     fn is_stdio(&self) -> bool {
@@ -367,13 +377,19 @@ impl Backend {
     async fn connect(&self) -> anyhow::Result<(RunningService<RoleClient, UpstreamClient>, Listing)> {
         let conn = session::next_conn();
         let handler = UpstreamClient::new(self.name().to_string(), conn, Some(self.relist.clone()), self.relay.clone());
-        let service = self.open(handler).await?;
+        let service = self.open(handler, None).await?;
         let listing = list_everything(service.peer()).await?;
         Ok((service, listing))
     }
 
-    /// Opens a connection (initialize or discover) with `handler` on the gateway's side.
-    async fn open(&self, handler: UpstreamClient) -> anyhow::Result<RunningService<RoleClient, UpstreamClient>> {
+    /// Opens a connection (initialize or discover) with `handler` on the gateway's side, for one
+    /// client's `identity` or (`None`) the gateway's own. Headers that carry the caller's
+    /// identity are filled in from it, and left out of the gateway's own connection.
+    async fn open(
+        &self,
+        handler: UpstreamClient,
+        identity: Option<&Identity>,
+    ) -> anyhow::Result<RunningService<RoleClient, UpstreamClient>> {
         let service = match &self.config.transport {
             Transport::Http { url, headers } => {
                 use rmcp::transport::StreamableHttpClientTransport;
@@ -381,6 +397,17 @@ impl Backend {
                 let mut cfg = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 let mut custom = HashMap::new();
                 for (k, v) in headers {
+                    let filled;
+                    let v = match identity {
+                        _ if !crate::config::carries_identity(v) => v,
+                        None => continue,
+                        Some(id) => {
+                            filled = v
+                                .replace(crate::config::CLIENT_PRINCIPAL, &id.principal)
+                                .replace(crate::config::CLIENT_TOKEN, id.token.as_deref().unwrap_or_default());
+                            &filled
+                        }
+                    };
                     if k.eq_ignore_ascii_case("authorization") {
                         let token = v.strip_prefix("Bearer ").unwrap_or(v);
                         cfg = cfg.auth_header(token.to_string());

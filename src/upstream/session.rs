@@ -26,6 +26,8 @@ use super::{Backend, CONNECT_TIMEOUT, CallError, Link};
 /// One client session's upstream sessions, by backend.
 pub struct ClientUpstreams {
     relay: Arc<dyn Relay>,
+    /// Who the client is, for backends whose headers carry the caller's identity.
+    identity: Identity,
     idle: Duration,
     slots: Mutex<HashMap<String, Slot>>,
     /// The client's `logging/setLevel`, applied to sessions opened later too.
@@ -33,6 +35,14 @@ pub struct ClientUpstreams {
     level: Mutex<Option<LoggingLevel>>,
     /// Cancelled when the client session ends: every keeper closes its connection.
     ct: CancellationToken,
+}
+
+/// The caller behind a client session, as its upstream sessions present it to backends that ask
+/// for it (`${client.principal}`, `${client.token}` in their headers).
+#[derive(Clone, Default)]
+pub struct Identity {
+    pub principal: String,
+    pub token: Option<Arc<str>>,
 }
 
 /// One backend's upstream session for one client: locked while it is being opened, so that
@@ -82,8 +92,8 @@ pub fn next_conn() -> u64 {
 
 impl ClientUpstreams {
     /// `relay` carries what these sessions' backends send to the one client they serve.
-    pub fn new(relay: Arc<dyn Relay>, idle: Duration) -> Self {
-        Self { relay, idle, slots: Mutex::default(), level: Mutex::new(None), ct: CancellationToken::new() }
+    pub fn new(relay: Arc<dyn Relay>, idle: Duration, identity: Identity) -> Self {
+        Self { relay, identity, idle, slots: Mutex::default(), level: Mutex::new(None), ct: CancellationToken::new() }
     }
 
     /// The connection for one request to `backend`: this client's own session when the backend
@@ -118,7 +128,7 @@ impl ClientUpstreams {
         // List changes are the gateway's own connection's business: it hears them too.
         let handler = UpstreamClient::new(name.clone(), id, None, self.relay.clone());
         let failed = |detail: String| CallError::SessionFailed { backend: name.clone(), detail };
-        let service = match tokio::time::timeout(CONNECT_TIMEOUT, backend.open(handler)).await {
+        let service = match tokio::time::timeout(CONNECT_TIMEOUT, backend.open(handler, Some(&self.identity))).await {
             Err(_) => return Err(failed(format!("no answer within {}", humantime::format_duration(CONNECT_TIMEOUT)))),
             Ok(Err(e)) => return Err(failed(format!("{e:#}"))),
             Ok(Ok(s)) => s,

@@ -170,6 +170,17 @@ pub async fn client(app: &App) -> (Client, Recorder) {
     client_with_auth(app, None).await
 }
 
+/// `[auth]` with static bearer tokens, one principal each (named like its token), and a policy
+/// that lets each of them use every backend.
+pub fn bearer_auth(tokens: &[&str]) -> String {
+    let mut toml = String::from("[auth]\nmode = \"bearer\"\n");
+    for t in tokens {
+        let digest = toolmux::embed::files::hex(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
+        toml += &format!("[[auth.tokens]]\nprincipal = \"{t}\"\nsha256 = \"{digest}\"\n");
+    }
+    toml + "[[policy]]\nprincipals = [\"*\"]\nbackends = [\"*\"]\n"
+}
+
 pub async fn client_with_auth(app: &App, token: Option<&str>) -> (Client, Recorder) {
     let url = format!("http://{}/mcp", app.addr.unwrap());
     let mut cfg = StreamableHttpClientTransportConfig::with_uri(url);

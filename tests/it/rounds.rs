@@ -17,9 +17,13 @@ use crate::relay::Answering;
 type Answerer = RunningService<RoleClient, Answering>;
 
 async fn gateway_with(mode: &str, protocol: &str) -> (App, HttpBackend) {
+    gateway_with_extra(mode, protocol, "").await
+}
+
+async fn gateway_with_extra(mode: &str, protocol: &str, extra: &str) -> (App, HttpBackend) {
     let kit = http_backend("testkit").await;
     let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n[[backends]]\nname = \"kit\"\nurl = \"{}\"\nprotocol = \"{protocol}\"\n",
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n{extra}[[backends]]\nname = \"kit\"\nurl = \"{}\"\nprotocol = \"{protocol}\"\n",
         kit.url
     );
     let app = gateway(&toml, EmbedderChoice::None).await;
@@ -89,7 +93,8 @@ async fn session_client_and_stateless_backend() {
 /// The backend asks with a request the client cannot be sent: the gateway parks the call and
 /// answers input-required; the retry's answers resume the backend's request.
 async fn stateless_client_and_session_backend_in(mode: &str) {
-    let (app, _kit) = gateway_with(mode, "2025-11-25").await;
+    // Two authenticated callers: a parked call is its caller's alone.
+    let (app, _kit) = gateway_with_extra(mode, "2025-11-25", &bearer_auth(&["alice", "mallory"])).await;
     let c = answering_stateless_client(&app, "alice").await;
     let mut params = ask(mode, 2);
     let mut rounds = 0;

@@ -6,10 +6,8 @@ use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 use toolmux::app::{App, EmbedderChoice, Options};
-use toolmux::catalog::CatalogTool;
 use toolmux::config::Config;
 use toolmux::embed::Embedder;
-use toolmux::session::{Caller, Policy};
 
 use crate::harness::*;
 
@@ -89,19 +87,25 @@ async fn the_reference_quality_queries_rank_within_the_top_8() {
     app.shutdown().await;
 }
 
-/// Callers with the token `chat-only` see only the slack backend.
-struct ByToken;
-impl Policy for ByToken {
-    fn allows(&self, caller: &Caller, tool: &CatalogTool) -> bool {
-        let chat_only = toolmux::embed::files::hex(&<sha2::Sha256 as sha2::Digest>::digest(b"Bearer chat-only")[..16]);
-        caller.key != chat_only || &*tool.key.backend == "slack"
-    }
+/// `[auth]` with two bearer tokens: `chat-only` (principal `chat`, which policy limits to the
+/// slack backend) and `everything` (principal `ops`, every backend).
+fn two_principals() -> String {
+    let digest = |t: &str| toolmux::embed::files::hex(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
+    format!(
+        "[auth]\nmode = \"bearer\"\n\
+         [[auth.tokens]]\nprincipal = \"chat\"\nsha256 = \"{}\"\n\
+         [[auth.tokens]]\nprincipal = \"ops\"\ngroups = [\"admins\"]\nsha256 = \"{}\"\n\
+         [[policy]]\nprincipals = [\"chat\"]\nbackends = [\"slack\"]\n\
+         [[policy]]\ngroups = [\"admins\"]\nbackends = [\"*\"]\n",
+        digest("chat-only"),
+        digest("everything")
+    )
 }
 
 #[tokio::test]
 async fn two_sessions_with_different_scopes_never_see_each_others_tools() {
-    let opts = Options { embedder: EmbedderChoice::Given(model()), policy: Arc::new(ByToken), ..Options::default() };
-    let (app, _servers) = demo_gateway(&format!("[optimizer]\ncache_dir = \"{}\"\n", shared_cache_dir()), opts).await;
+    let extra = format!("[optimizer]\ncache_dir = \"{}\"\n{}", shared_cache_dir(), two_principals());
+    let (app, _servers) = demo_gateway(&extra, with_model()).await;
     let (narrow, _) = client_with_auth(&app, Some("chat-only")).await;
     let (wide, _) = client_with_auth(&app, Some("everything")).await;
     for query in ["create a pull request on a code repository", "send a chat message", "query the SQL database"] {
