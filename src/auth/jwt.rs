@@ -17,6 +17,8 @@ use crate::session::Caller;
 /// The shortest time between two fetches triggered by unknown key ids: a stream of tokens with
 /// made-up `kid`s cannot turn toolmux into a load generator against the identity provider.
 const REFETCH_GAP: Duration = Duration::from_secs(10);
+/// The same while there are no keys at all (the first fetch failed): retry sooner.
+const REFETCH_GAP_EMPTY: Duration = Duration::from_secs(1);
 /// The largest JWKS document accepted.
 const MAX_JWKS_BYTES: usize = 1 << 20;
 
@@ -112,7 +114,8 @@ impl Verifier {
         if let Some(k) = find(&self.keys.load()) {
             return Ok(k);
         }
-        let recent = self.last_fetch.lock().await.is_some_and(|t| t.elapsed() < REFETCH_GAP);
+        let gap = if self.keys.load().is_empty() { REFETCH_GAP_EMPTY } else { REFETCH_GAP };
+        let recent = self.last_fetch.lock().await.is_some_and(|t| t.elapsed() < gap);
         if !recent {
             self.refresh().await;
             if let Some(k) = find(&self.keys.load()) {

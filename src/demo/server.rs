@@ -212,6 +212,13 @@ impl ServerHandler for DemoServer {
                 *self.session.remembered.lock().expect("session lock") = Some(value.clone());
                 text(format!("remembered {value}"))
             }
+            "whoami" => {
+                let headers = context.extensions.get::<http::request::Parts>().map(|p| p.headers.clone());
+                let header = |name: &str| {
+                    headers.as_ref().and_then(|h| h.get(name)).and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
+                };
+                text(format!("user={} authorization={}", header("x-user"), header("authorization")))
+            }
             "recall" => text(self.session.remembered.lock().expect("session lock").clone().unwrap_or_default()),
             "progress" => {
                 let steps = arg("steps").as_u64().unwrap_or(1).min(100);

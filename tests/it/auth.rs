@@ -1,0 +1,339 @@
+//! Who may connect and what each caller may use: bearer tokens and JWTs at the edge (a real
+//! JWKS served over HTTP from keys in `tests/fixtures/jwt`, real signed tokens), sessions bound
+//! to their principal, `[[policy]]` scopes, and the caller's identity carried to backends.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::jwk::{Jwk, JwkSet};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use toolmux::app::{App, EmbedderChoice};
+
+use crate::harness::*;
+
+const ACCEPT: &str = "application/json, text/event-stream";
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+}
+
+async fn passthrough(extra: &str, backends: &str) -> App {
+    gateway(
+        &format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{extra}{backends}"),
+        EmbedderChoice::None,
+    )
+    .await
+}
+
+/// POSTs `body` with `token` (and `session`), returning the status, headers and body text.
+async fn post(
+    app: &App,
+    token: Option<&str>,
+    session: Option<&str>,
+    body: &Value,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let mut r = reqwest::Client::new().post(url).header("accept", ACCEPT).json(body);
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    if let Some(s) = session {
+        r = r.header("mcp-session-id", s).header("mcp-protocol-version", "2025-11-25");
+    }
+    let r = r.send().await.unwrap();
+    let (status, headers) = (r.status().as_u16(), r.headers().clone());
+    (status, headers, r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn bearer_tokens_guard_the_endpoint_and_401_names_the_metadata() {
+    let kit = http_backend("testkit").await;
+    let app = passthrough(&bearer_auth(&["alice"]), &http_backend_toml("kit", &kit.url)).await;
+    let base = format!("http://{}", app.addr.unwrap());
+    for token in [None, Some("wrong"), Some("")] {
+        let (status, headers, body) = post(&app, token, None, &initialize()).await;
+        assert_eq!(status, 401, "{token:?}: {body}");
+        let challenge = headers["www-authenticate"].to_str().unwrap();
+        assert!(challenge.starts_with("Bearer resource_metadata=\""), "{challenge}");
+        assert!(challenge.contains("/.well-known/oauth-protected-resource/mcp"), "{challenge}");
+        assert_eq!(challenge.contains("invalid_token"), token.is_some(), "{challenge}");
+        assert!(!body.contains("unknown bearer token"), "the reason stays in the log: {body}");
+    }
+    let (status, _, _) = post(&app, Some("alice"), None, &initialize()).await;
+    assert_eq!(status, 200);
+    // Health stays open; the metadata tells clients where to get a token.
+    assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 200);
+    let meta: Value =
+        reqwest::get(format!("{base}/.well-known/oauth-protected-resource/mcp")).await.unwrap().json().await.unwrap();
+    assert_eq!(meta["resource"], format!("{base}/mcp"));
+    assert_eq!(meta["bearer_methods_supported"], json!(["header"]));
+    // A real client with the token works.
+    let (c, _) = client_with_auth(&app, Some("alice")).await;
+    assert!(c.list_all_tools().await.unwrap().iter().any(|t| t.name == "kit_echo"));
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_session_answers_404_to_any_other_principal() {
+    let kit = http_backend("testkit").await;
+    let app = passthrough(&bearer_auth(&["alice", "bob"]), &http_backend_toml("kit", &kit.url)).await;
+    let (status, headers, _) = post(&app, Some("alice"), None, &initialize()).await;
+    assert_eq!(status, 200);
+    let id = headers["mcp-session-id"].to_str().unwrap().to_string();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(post(&app, Some("alice"), Some(&id), &initialized).await.0, 202);
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    // Bob with Alice's session id: as if the session did not exist, for every method.
+    assert_eq!(post(&app, Some("bob"), Some(&id), &list).await.0, 404);
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let http = reqwest::Client::new();
+    let get = http.get(&url).bearer_auth("bob").header("accept", "text/event-stream").header("mcp-session-id", &id);
+    assert_eq!(get.send().await.unwrap().status(), 404, "Bob cannot open Alice's event stream");
+    let delete = http.delete(&url).bearer_auth("bob").header("mcp-session-id", &id);
+    assert_eq!(delete.send().await.unwrap().status(), 404, "nor end her session");
+    // Without a token it is a 401 before anything else.
+    assert_eq!(post(&app, None, Some(&id), &list).await.0, 401);
+    // Alice's session is untouched.
+    let (status, _, body) = post(&app, Some("alice"), Some(&id), &list).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("kit_echo"), "{body}");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn policy_scopes_tools_resources_and_calls_per_principal() {
+    let kit = http_backend("testkit").await;
+    let web = http_backend("fetch").await;
+    let digest = |t: &str| toolmux::embed::files::hex(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
+    let auth = format!(
+        "[auth]\nmode = \"bearer\"\n\
+         [[auth.tokens]]\nprincipal = \"alice\"\ngroups = [\"dev\"]\nsha256 = \"{}\"\n\
+         [[auth.tokens]]\nprincipal = \"bob\"\nsha256 = \"{}\"\n\
+         [[policy]]\ngroups = [\"dev\"]\nbackends = [\"*\"]\n\
+         [[policy]]\ngroups = [\"dev\"]\nbackends = [\"kit\"]\ntools = [\"exit\", \"add_*\"]\neffect = \"deny\"\n\
+         [[policy]]\nprincipals = [\"bob\"]\nbackends = [\"kit\"]\ntools = [\"echo\"]\n",
+        digest("alice-token"),
+        digest("bob-token")
+    );
+    let backends = format!("{}{}", http_backend_toml("kit", &kit.url), http_backend_toml("web", &web.url));
+    let app = passthrough(&auth, &backends).await;
+    let (alice, _) = client_with_auth(&app, Some("alice-token")).await;
+    let (bob, _) = client_with_auth(&app, Some("bob-token")).await;
+    let names = |tools: Vec<rmcp::model::Tool>| tools.into_iter().map(|t| t.name.to_string()).collect::<Vec<_>>();
+    let a = names(alice.list_all_tools().await.unwrap());
+    assert!(a.contains(&"kit_echo".to_string()) && a.iter().any(|n| n.starts_with("web_")), "{a:?}");
+    assert!(!a.contains(&"kit_exit".to_string()) && !a.contains(&"kit_add_tool".to_string()), "denied: {a:?}");
+    assert_eq!(names(bob.list_all_tools().await.unwrap()), vec!["kit_echo"]);
+    // A tool outside the caller's scope is answered exactly like one that does not exist.
+    let outside = bob.call_tool(rmcp::model::CallToolRequestParams::new("web_fetch_url")).await.unwrap_err();
+    let missing = bob.call_tool(rmcp::model::CallToolRequestParams::new("no_such_tool")).await.unwrap_err();
+    assert_eq!(
+        outside.to_string().replace("web_fetch_url", "X"),
+        missing.to_string().replace("no_such_tool", "X"),
+        "no tell-tale difference"
+    );
+    assert_eq!(text(&call(&bob, "kit_echo", json!({"input": "hi"})).await), "hi");
+    // Resources and prompts need the whole backend: Bob has one tool of kit and nothing of web.
+    assert!(bob.list_all_prompts().await.unwrap().is_empty());
+    assert!(!alice.list_all_prompts().await.unwrap().is_empty());
+    alice.cancel().await.unwrap();
+    bob.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn per_client_backends_carry_each_callers_identity() {
+    let kit = http_backend("testkit").await;
+    let backend = format!(
+        "{}[backends.headers]\nX-User = \"${{client.principal}}\"\nAuthorization = \"Bearer ${{client.token}}\"\n",
+        http_backend_toml("kit", &kit.url)
+    );
+    let app = passthrough(&bearer_auth(&["alice", "bob"]), &backend).await;
+    let (alice, _) = client_with_auth(&app, Some("alice")).await;
+    let (bob, _) = client_with_auth(&app, Some("bob")).await;
+    assert_eq!(text(&call(&alice, "kit_whoami", json!({})).await), "user=alice authorization=Bearer alice");
+    assert_eq!(text(&call(&bob, "kit_whoami", json!({})).await), "user=bob authorization=Bearer bob");
+    alice.cancel().await.unwrap();
+    bob.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+#[test]
+fn unsafe_auth_configs_are_errors_naming_the_key() {
+    let errors = |toml: &str| toolmux::config::Config::parse(toml).unwrap_err().to_string();
+    let e = errors("[server]\nlisten = \"0.0.0.0:4483\"\n");
+    assert!(e.contains("`auth.mode`") && e.contains("insecure_no_auth_on_network"), "{e}");
+    assert!(
+        toolmux::config::Config::parse(
+            "[server]\nlisten = \"0.0.0.0:4483\"\n[auth]\ninsecure_no_auth_on_network = true\n"
+        )
+        .is_ok()
+    );
+    let e = errors(
+        "[[backends]]\nname = \"kit\"\nurl = \"http://127.0.0.1:1/mcp\"\nsession = \"shared\"\n[backends.headers]\nX-User = \"${client.principal}\"\n",
+    );
+    assert!(e.contains("`backends[0].headers.X-User`") && e.contains("per_client"), "{e}");
+    let e = errors(
+        "[[backends]]\nname = \"kit\"\nurl = \"http://127.0.0.1:1/mcp\"\n[[policy]]\nprincipals = [\"*\"]\nbackends = [\"kti\"]\n",
+    );
+    assert!(e.contains("`policy[0].backends`") && e.contains("kti"), "{e}");
+    let e = errors(
+        "[auth]\nmode = \"jwt\"\n[auth.jwt]\nissuer = \"https://idp\"\njwks_url = \"https://idp/jwks\"\nalgorithms = [\"HS256\"]\n",
+    );
+    assert!(e.contains("`auth.jwt.audiences`") && e.contains("`auth.jwt.algorithms`"), "{e}");
+}
+
+/// A signing key from `tests/fixtures/jwt` and its public JWK (with `kid`).
+struct SigningKey {
+    alg: Algorithm,
+    kid: String,
+    key: EncodingKey,
+}
+
+impl SigningKey {
+    fn load(alg: Algorithm) -> Self {
+        let (file, kid) = match alg {
+            Algorithm::RS256 => ("rs256.pem", "rsa-1"),
+            Algorithm::ES256 => ("es256.pem", "ec-1"),
+            _ => ("eddsa.pem", "ed-1"),
+        };
+        let pem = std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/jwt").join(file))
+            .unwrap();
+        let key = match alg {
+            Algorithm::RS256 => EncodingKey::from_rsa_pem(&pem),
+            Algorithm::ES256 => EncodingKey::from_ec_pem(&pem),
+            _ => EncodingKey::from_ed_pem(&pem),
+        }
+        .unwrap();
+        Self { alg, kid: kid.into(), key }
+    }
+
+    fn jwk(&self) -> Jwk {
+        let mut jwk = Jwk::from_encoding_key(&self.key, self.alg).unwrap();
+        jwk.common.key_id = Some(self.kid.clone());
+        jwk
+    }
+
+    fn sign(&self, claims: &Value) -> String {
+        let mut header = Header::new(self.alg);
+        header.kid = Some(self.kid.clone());
+        jsonwebtoken::encode(&header, claims, &self.key).unwrap()
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+fn claims(sub: &str) -> Value {
+    json!({"iss": "https://idp.test", "aud": "toolmux", "sub": sub, "groups": ["dev"], "exp": now() + 300, "iat": now()})
+}
+
+/// Serves `keys` as a JWKS at `/jwks` on 127.0.0.1 (port 0); its URL.
+async fn serve_jwks(listener: tokio::net::TcpListener, keys: Vec<Jwk>) {
+    let set = serde_json::to_value(JwkSet { keys }).unwrap();
+    let app = axum::Router::new().route("/jwks", axum::routing::get(move || async move { axum::Json(set) }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+}
+
+fn jwt_auth(jwks_url: &str) -> String {
+    format!(
+        "[auth]\nmode = \"jwt\"\n[auth.jwt]\nissuer = \"https://idp.test\"\naudiences = [\"toolmux\"]\njwks_url = \"{jwks_url}\"\n\
+         [[policy]]\ngroups = [\"dev\"]\nbackends = [\"*\"]\n"
+    )
+}
+
+#[tokio::test]
+async fn jwts_are_verified_and_every_bad_one_is_a_401() {
+    let keys = [Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA].map(SigningKey::load);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let jwks_url = format!("http://{}/jwks", listener.local_addr().unwrap());
+    serve_jwks(listener, keys.iter().map(SigningKey::jwk).collect()).await;
+    let kit = http_backend("testkit").await;
+    let app = passthrough(&jwt_auth(&jwks_url), &http_backend_toml("kit", &kit.url)).await;
+
+    for k in &keys {
+        let (status, _, body) = post(&app, Some(&k.sign(&claims("alice"))), None, &initialize()).await;
+        assert_eq!(status, 200, "{:?}: {body}", k.alg);
+    }
+    let rsa = &keys[0];
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut c = claims("alice");
+        f(&mut c);
+        rsa.sign(&c)
+    };
+    let b64 = |v: &Value| {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+    };
+    let valid = rsa.sign(&claims("alice"));
+    let (head, rest) = valid.split_once('.').unwrap();
+    let (payload, signature) = rest.split_once('.').unwrap();
+    let mut tampered = claims("alice");
+    tampered["sub"] = json!("admin");
+    let mut unknown_kid = Header::new(Algorithm::RS256);
+    unknown_kid.kid = Some("no-such-key".into());
+    let public_pem = b"-----BEGIN PUBLIC KEY-----\nnot really\n-----END PUBLIC KEY-----\n";
+    let bad: Vec<(&str, String)> = vec![
+        ("malformed", "not.a.token".into()),
+        ("expired", with(&|c| c["exp"] = json!(now() - 3600))),
+        ("not yet valid", with(&|c| c["nbf"] = json!(now() + 3600))),
+        ("wrong audience", with(&|c| c["aud"] = json!("someone-else"))),
+        ("wrong issuer", with(&|c| c["iss"] = json!("https://evil.test"))),
+        ("no subject", with(&|c| c.as_object_mut().unwrap().retain(|k, _| k != "sub"))),
+        ("alg none", format!("{}.{payload}.", b64(&json!({"alg": "none", "typ": "JWT", "kid": "rsa-1"})))),
+        (
+            "HS256 with a public key as the secret",
+            jsonwebtoken::encode(
+                &Header { kid: Some("rsa-1".into()), ..Header::new(Algorithm::HS256) },
+                &claims("alice"),
+                &EncodingKey::from_secret(public_pem).unwrap(),
+            )
+            .unwrap(),
+        ),
+        ("unknown kid", jsonwebtoken::encode(&unknown_kid, &claims("alice"), &rsa.key).unwrap()),
+        ("tampered payload", format!("{head}.{}.{signature}", b64(&tampered))),
+    ];
+    for (what, token) in &bad {
+        let (status, headers, body) = post(&app, Some(token), None, &initialize()).await;
+        assert_eq!(status, 401, "{what}: {body}");
+        assert!(headers["www-authenticate"].to_str().unwrap().contains("invalid_token"), "{what}");
+    }
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_jwks_that_is_down_at_start_is_fetched_once_it_answers() {
+    // Reserve a port, start the gateway while nothing listens there, then serve the keys on it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let kit = http_backend("testkit").await;
+    let app = passthrough(&jwt_auth(&format!("http://{addr}/jwks")), &http_backend_toml("kit", &kit.url)).await;
+    let key = SigningKey::load(Algorithm::ES256);
+    let token = key.sign(&claims("alice"));
+    assert_eq!(post(&app, Some(&token), None, &initialize()).await.0, 401, "no keys yet");
+    serve_jwks(tokio::net::TcpListener::bind(addr).await.unwrap(), vec![key.jwk()]).await;
+    // An unknown key id refetches (at most every second while there are no keys).
+    let accepted =
+        eventually(Duration::from_secs(10), || async { post(&app, Some(&token), None, &initialize()).await.0 == 200 })
+            .await;
+    assert!(accepted, "the token is accepted once the key set can be fetched");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_jwks_that_answers_garbage_leaves_tokens_refused() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+    let app = axum::Router::new().route("/jwks", axum::routing::get(|| async { "<html>not a key set</html>" }));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let kit = http_backend("testkit").await;
+    let app = passthrough(&jwt_auth(&url), &http_backend_toml("kit", &kit.url)).await;
+    let token = SigningKey::load(Algorithm::RS256).sign(&claims("alice"));
+    assert_eq!(post(&app, Some(&token), None, &initialize()).await.0, 401);
+    assert_eq!(reqwest::get(format!("http://{}/healthz", app.addr.unwrap())).await.unwrap().status(), 200);
+    app.shutdown().await;
+}
