@@ -115,9 +115,9 @@ impl GatewayHandler {
     async fn unavailable(&self, snap: &Snapshot, query: &Query, returned: &[crate::index::Hit]) -> Vec<Unavailable> {
         let generation = &snap.generation;
         let tools = generation.catalog.tools();
-        let down: Vec<Slot> = (0..tools.len() as Slot)
-            .filter(|&s| !snap.allow.contains(s) && !self.gw.advertisable(&tools[s as usize].key.backend))
-            .collect();
+        // Only what the caller's policy allows: a tool it may not use is never named, down or not.
+        let Some(held_back) = &snap.held_back else { return Vec::new() };
+        let down: Vec<Slot> = held_back.iter().collect();
         if down.is_empty() {
             return Vec::new();
         }

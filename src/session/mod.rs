@@ -102,6 +102,9 @@ impl Policy for AllowAll {
 pub struct Snapshot {
     pub generation: Arc<Generation>,
     pub allow: AllowList,
+    /// Tools the caller may use whose backend is not advertised now (down): find_tool names
+    /// them as unavailable. `None` when every backend is up.
+    pub held_back: Option<AllowList>,
     /// Token weight of every allowed tool: find_tool's baseline.
     pub baseline_tokens: u64,
     /// The health version this scope was built at (`Monitor::version`): with the generation's
@@ -112,7 +115,7 @@ pub struct Snapshot {
 impl Snapshot {
     pub fn empty() -> Self {
         let generation = Arc::new(Generation::empty());
-        Self { generation, allow: AllowList::none(0), baseline_tokens: 0, health_version: 0 }
+        Self { generation, allow: AllowList::none(0), held_back: None, baseline_tokens: 0, health_version: 0 }
     }
 
     /// The allowed tool exposed under `name`, if any.
@@ -129,7 +132,7 @@ impl Snapshot {
 
     /// Bytes this snapshot holds beyond the shared generation.
     pub fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.allow.heap_bytes()
+        std::mem::size_of::<Self>() + self.allow.heap_bytes() + self.held_back.as_ref().map_or(0, AllowList::heap_bytes)
     }
 
     /// True if both allow the same tool names (what passthrough clients see).
@@ -149,28 +152,32 @@ pub fn scope(
     let tools = generation.catalog.tools();
     let mut allow = AllowList::none(tools.len());
     let mut baseline_tokens = 0;
+    let mut held_back: Option<AllowList> = None;
     for b in &generation.by_backend {
-        if !advertisable(&b.backend) {
-            continue;
-        }
+        let up = advertisable(&b.backend);
+        let into = if up { &mut allow } else { held_back.get_or_insert_with(|| AllowList::none(tools.len())) };
         match policy.backend(caller, &b.backend) {
             Access::Nothing => {}
             Access::All => {
-                allow.union_with(&b.slots);
-                baseline_tokens += b.tokens;
+                into.union_with(&b.slots);
+                if up {
+                    baseline_tokens += b.tokens;
+                }
             }
             Access::Some => {
                 for slot in b.slots.iter() {
                     let t = &tools[slot as usize];
                     if policy.allows(caller, &b.backend, &t.key.tool) {
-                        allow.insert(slot);
-                        baseline_tokens += t.tokens;
+                        into.insert(slot);
+                        if up {
+                            baseline_tokens += t.tokens;
+                        }
                     }
                 }
             }
         }
     }
-    Snapshot { generation, allow, baseline_tokens, health_version: 0 }
+    Snapshot { generation, allow, held_back, baseline_tokens, health_version: 0 }
 }
 
 /// A client session's `logging/setLevel`: log messages below it are not passed on to it.
