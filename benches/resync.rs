@@ -1,6 +1,8 @@
 //! Health-driven resync: the time from a backend's health flip to every session's swapped
 //! snapshot, for 10, 100 and 1,000 sessions over 1k and 10k tools, and the memory per session.
-//! Checks that no swap embeds anything.
+//! Then the same for 1,000 sessions of 10 principals under `[[policy]]` rules (each principal
+//! two whole backends and part of a third), against everyone allowed everything. Checks that no
+//! swap embeds anything.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -8,18 +10,19 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use toolmux::catalog::{Catalog, CatalogTool, ToolKey};
+use toolmux::config::PolicyRule;
 use toolmux::config::{BackendConfig, HealthConfig, Mode, Transport};
 use toolmux::embed::fake::FakeEmbedder;
 use toolmux::health::Monitor;
 use toolmux::mcp::Gateway;
 use toolmux::mcp::gateway::Parts;
-use toolmux::session::{AllowAll, Caller};
+use toolmux::session::{AllowAll, Caller, Policy};
 use toolmux::store::Store;
 use toolmux::upstream::{NoRelay, Upstream};
 
 const BACKENDS: usize = 10;
 
-fn gateway(rt: &tokio::runtime::Runtime, tools: usize) -> Arc<Gateway> {
+fn gateway(rt: &tokio::runtime::Runtime, tools: usize, policy: Arc<dyn Policy>) -> Arc<Gateway> {
     let configs: Vec<BackendConfig> = (0..BACKENDS)
         .map(|i| BackendConfig {
             name: format!("b{i}"),
@@ -60,11 +63,12 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize) -> Arc<Gateway> {
         store,
         upstream,
         health,
-        policy: Arc::new(AllowAll),
+        policy,
         relay: toolmux::mcp::relay::Hub::new(),
         notice_window: Duration::ZERO,
         limits: Default::default(),
         max_query_chars: toolmux::config::DEFAULT_MAX_QUERY_CHARS,
+        local_caller: toolmux::session::Caller::anonymous(),
         ct: tokio_util::sync::CancellationToken::new(),
     })
 }
@@ -74,7 +78,7 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("resync");
     g.sample_size(20).measurement_time(Duration::from_secs(5));
     for tools in [1_000, 10_000] {
-        let gw = gateway(&rt, tools);
+        let gw = gateway(&rt, tools, Arc::new(AllowAll));
         for sessions in [10, 100, 1_000] {
             let handles: Vec<_> =
                 rt.block_on(async { (0..sessions).map(|_| gw.open_session(Caller::anonymous(), None)).collect() });
@@ -115,5 +119,78 @@ fn benches(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(resync, benches);
+/// Ten principals `p0`..`p9`: `pN` may use backends `bN` and `b(N+1)` whole, and the tools of
+/// `b(N+2)` whose names start with `tool_1` (a per-tool walk).
+fn ten_principals() -> Vec<PolicyRule> {
+    let v = |xs: &[String]| xs.to_vec();
+    (0..BACKENDS)
+        .flat_map(|n| {
+            let who = vec![format!("p{n}")];
+            [
+                PolicyRule {
+                    principals: v(&who),
+                    groups: vec![],
+                    backends: vec![format!("b{n}"), format!("b{}", (n + 1) % BACKENDS)],
+                    tools: vec!["*".into()],
+                    deny: false,
+                },
+                PolicyRule {
+                    principals: who,
+                    groups: vec![],
+                    backends: vec![format!("b{}", (n + 2) % BACKENDS)],
+                    tools: vec!["tool_1*".into()],
+                    deny: false,
+                },
+            ]
+        })
+        .collect()
+}
+
+fn with_policy(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut g = c.benchmark_group("resync_policy");
+    g.sample_size(20).measurement_time(Duration::from_secs(5));
+    let sessions = 1_000;
+    let tools = 10_000;
+    let policies: [(&str, Arc<dyn Policy>); 2] = [
+        ("allow_all", Arc::new(AllowAll)),
+        ("ten_principals", Arc::new(toolmux::auth::policy::Rules::new(&ten_principals(), true))),
+    ];
+    for (name, policy) in policies {
+        let gw = gateway(&rt, tools, policy);
+        let handles: Vec<_> = rt.block_on(async {
+            (0..sessions).map(|i| gw.open_session(Caller::named(&format!("p{}", i % 10), vec![]), None)).collect()
+        });
+        let bytes = handles[0].snapshot().heap_bytes();
+        let visible = handles[0].snapshot().tools().count();
+        eprintln!(
+            "{name}: {sessions} sessions over {tools} tools: {bytes} bytes per snapshot, {visible} tools visible to p0"
+        );
+        let mut down = false;
+        g.bench_function(BenchmarkId::new(name, sessions), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    down = !down;
+                    let before = gw.counters.resyncs.load(Ordering::Relaxed);
+                    let start = Instant::now();
+                    // b1 is whole to p0 and p9, part of p8's scope.
+                    gw.health.record("b1", if down { None } else { Some(Duration::from_millis(1)) });
+                    gw.scopes_changed();
+                    rt.block_on(async {
+                        while gw.counters.resyncs.load(Ordering::Relaxed) < before + sessions as u64 {
+                            tokio::task::yield_now().await;
+                        }
+                    });
+                    total += start.elapsed();
+                }
+                total
+            })
+        });
+        drop(handles);
+    }
+    g.finish();
+}
+
+criterion_group!(resync, benches, with_policy);
 criterion_main!(resync);

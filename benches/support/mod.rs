@@ -125,6 +125,7 @@ pub fn optimizer_gateway(store: Arc<toolmux::store::Store>) -> Arc<toolmux::mcp:
         notice_window: std::time::Duration::ZERO,
         limits: Default::default(),
         max_query_chars: toolmux::config::DEFAULT_MAX_QUERY_CHARS,
+        local_caller: toolmux::session::Caller::anonymous(),
         ct: tokio_util::sync::CancellationToken::new(),
     })
 }

@@ -116,6 +116,7 @@ impl App {
             notice_window: config.health.interval,
             limits: config.server.limits.clone(),
             max_query_chars: config.optimizer.max_query_chars,
+            local_caller: crate::session::Caller::named(&config.auth.stdio_principal, config.auth.stdio_groups.clone()),
             ct: ct.clone(),
         });
 

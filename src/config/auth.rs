@@ -17,11 +17,20 @@ pub struct AuthConfig {
     pub resource_url: Option<String>,
     /// `/healthz` and `/readyz` answer without a token.
     pub public_health: bool,
+    /// Who the client of `serve --stdio` is (it runs as the user who started it).
+    pub stdio_principal: String,
+    pub stdio_groups: Vec<String>,
 }
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        Self { mode: AuthMode::None, resource_url: None, public_health: true }
+        Self {
+            mode: AuthMode::None,
+            resource_url: None,
+            public_health: true,
+            stdio_principal: "anonymous".into(),
+            stdio_groups: Vec::new(),
+        }
     }
 }
 
@@ -128,7 +137,13 @@ impl Validator<'_> {
         {
             self.problem("auth.resource_url", format!("`{url}` must be an http:// or https:// URL"));
         }
-        AuthConfig { mode, resource_url: raw.resource_url, public_health }
+        AuthConfig {
+            mode,
+            resource_url: raw.resource_url,
+            public_health,
+            stdio_principal: raw.stdio_principal.unwrap_or_else(|| "anonymous".into()),
+            stdio_groups: raw.stdio_groups.unwrap_or_default(),
+        }
     }
 
     fn bearer_tokens(&mut self, raws: Vec<raw::Token>) -> Vec<BearerToken> {

@@ -29,6 +29,8 @@ pub struct Auth {
     pub insecure_no_auth_on_network: Option<bool>,
     pub resource_url: Option<String>,
     pub public_health: Option<bool>,
+    pub stdio_principal: Option<String>,
+    pub stdio_groups: Option<Vec<String>>,
     #[serde(default)]
     pub tokens: Vec<Token>,
     pub jwt: Option<Jwt>,

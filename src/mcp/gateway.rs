@@ -54,6 +54,8 @@ pub struct Parts {
     pub limits: Limits,
     /// Longest find_tool query accepted (`optimizer.max_query_chars`).
     pub max_query_chars: usize,
+    /// Who a client without HTTP is (stdio serving): `auth.stdio_principal`.
+    pub local_caller: Caller,
     pub ct: CancellationToken,
 }
 
@@ -79,6 +81,7 @@ pub struct Gateway {
     stateless: Mutex<lru::LruCache<Caller, Arc<Snapshot>>>,
     pub limits: Limits,
     pub max_query_chars: usize,
+    pub local_caller: Caller,
     ready: AtomicBool,
     pub counters: Counters,
     ct: CancellationToken,
@@ -106,6 +109,7 @@ impl Gateway {
             )),
             limits: p.limits,
             max_query_chars: p.max_query_chars,
+            local_caller: p.local_caller,
             ready: AtomicBool::new(false),
             counters: Counters::default(),
             ct: p.ct,

@@ -56,7 +56,7 @@ impl GatewayHandler {
     fn snapshot(&self, ctx: &RequestContext<RoleServer>) -> Arc<Snapshot> {
         match self.session.get() {
             Some(s) => self.gw.session_snapshot(s),
-            None => self.gw.stateless_snapshot(&caller_of(ctx)),
+            None => self.gw.stateless_snapshot(&self.caller_of(ctx)),
         }
     }
 
@@ -143,9 +143,17 @@ impl GatewayHandler {
             .collect()
     }
 
+    /// The caller the HTTP edge authenticated; over stdio, `auth.stdio_principal`.
+    fn caller_of(&self, ctx: &RequestContext<RoleServer>) -> Caller {
+        match ctx.extensions.get::<http::request::Parts>() {
+            Some(parts) => parts.extensions.get::<Caller>().cloned().unwrap_or_else(Caller::anonymous),
+            None => self.gw.local_caller.clone(),
+        }
+    }
+
     /// Who is asking: the session's caller, or the request's for a client without a session.
     fn caller(&self, ctx: &RequestContext<RoleServer>) -> Caller {
-        self.session.get().map_or_else(|| caller_of(ctx), |s| s.caller.clone())
+        self.session.get().map_or_else(|| self.caller_of(ctx), |s| s.caller.clone())
     }
 
     /// A tool error in optimizer mode; a JSON-RPC invalid-params error in passthrough mode.
@@ -415,15 +423,6 @@ fn too_many_rounds(backend: &str) -> CallToolResult {
     meta::error_result(too_many_rounds_text(backend))
 }
 
-/// The caller the HTTP edge authenticated (`anonymous` without authentication, and over stdio).
-fn caller_of(ctx: &RequestContext<RoleServer>) -> Caller {
-    ctx.extensions
-        .get::<http::request::Parts>()
-        .and_then(|p| p.extensions.get::<Caller>())
-        .cloned()
-        .unwrap_or_else(Caller::anonymous)
-}
-
 impl ServerHandler for GatewayHandler {
     fn get_info(&self) -> ServerConfig {
         let mut caps = ServerCapabilities::builder()
@@ -452,7 +451,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
-        let session = self.gw.open_session(caller_of(&context), Some(context.peer.clone()));
+        let session = self.gw.open_session(self.caller_of(&context), Some(context.peer.clone()));
         let _ = self.session.set(session);
         self.negotiate_initialize(&request)
     }
@@ -582,7 +581,7 @@ impl ServerHandler for GatewayHandler {
     /// A stateless caller's `subscriptions/listen`: in passthrough mode, `tools/list_changed`
     /// whenever that caller's visible tool list changes (optimizer mode's two tools never do).
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let caller = caller_of(context.request_context());
+        let caller = self.caller_of(context.request_context());
         let mut epochs = self.gw.subscribe_scopes();
         let mut current = self.gw.stateless_snapshot(&caller);
         loop {

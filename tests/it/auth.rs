@@ -337,3 +337,33 @@ async fn a_jwks_that_answers_garbage_leaves_tokens_refused() {
     assert_eq!(reqwest::get(format!("http://{}/healthz", app.addr.unwrap())).await.unwrap().status(), 200);
     app.shutdown().await;
 }
+
+/// `serve --stdio` has no transport to authenticate: its client is `auth.stdio_principal`, and
+/// the policy applies to that principal like to any other.
+#[tokio::test]
+async fn stdio_serving_runs_as_the_configured_principal() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    let toml = format!(
+        "[server]\nmode = \"passthrough\"\n[auth]\nstdio_principal = \"carol\"\n\
+         [[policy]]\nprincipals = [\"carol\"]\nbackends = [\"diag\"]\n\
+         [[policy]]\nprincipals = [\"anonymous\"]\nbackends = [\"*\"]\n{}{}",
+        stdio_backend_toml("diag", "echo"),
+        stdio_backend_toml("kit", "testkit")
+    );
+    std::fs::write(&config, toml).unwrap();
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["serve", "--stdio", "--config", config.to_str().unwrap()]).stderr(std::process::Stdio::null());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let c = rmcp::ServiceExt::serve(Recorder::default(), transport).await.expect("stdio gateway answers");
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            c.list_all_tools().await.map(|t| t.iter().any(|t| t.name == "diag_echo")).unwrap_or(false)
+        })
+        .await
+    );
+    let tools = c.list_all_tools().await.unwrap();
+    assert!(tools.iter().all(|t| t.name.starts_with("diag_")), "carol may use diag only: {tools:?}");
+    assert!(c.call_tool(rmcp::model::CallToolRequestParams::new("kit_echo")).await.is_err());
+    c.cancel().await.unwrap();
+}

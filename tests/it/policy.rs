@@ -188,6 +188,7 @@ async fn gateway(names: &[String], catalog: Catalog, policy: Arc<dyn Policy>) ->
         notice_window: std::time::Duration::ZERO,
         limits: Default::default(),
         max_query_chars: toolmux::config::DEFAULT_MAX_QUERY_CHARS,
+        local_caller: toolmux::session::Caller::anonymous(),
         ct: tokio_util::sync::CancellationToken::new(),
     })
 }
