@@ -1,5 +1,6 @@
 //! Health-driven resync: the time from a backend's health flip to every session's swapped
-//! snapshot, for 10, 100 and 1,000 sessions over 1k and 10k tools, and the memory per session.
+//! snapshot, for 10, 100 and 1,000 sessions over 1k and 10k tools, and the memory of a caller's
+//! snapshot (shared by that caller's sessions).
 //! Then the same for 1,000 sessions of 10 principals under `[[policy]]` rules (each principal
 //! two whole backends and part of a third), against everyone allowed everything. Checks that no
 //! swap embeds anything.
@@ -83,7 +84,7 @@ fn benches(c: &mut Criterion) {
             let handles: Vec<_> =
                 rt.block_on(async { (0..sessions).map(|_| gw.open_session(Caller::anonymous(), None)).collect() });
             let per_session = handles[0].snapshot().heap_bytes();
-            eprintln!("{sessions} sessions over {tools} tools: {per_session} bytes per session snapshot");
+            eprintln!("{sessions} sessions over {tools} tools: {per_session} bytes per caller's snapshot");
             let embedded = gw.store.counters.texts_embedded.load(Ordering::Relaxed);
             let mut down = false;
             g.bench_function(BenchmarkId::new(format!("{tools}_tools"), sessions), |b| {

@@ -25,8 +25,9 @@ use crate::session::{Caller, Policy, SessionHandle, Snapshot, scope};
 use crate::store::Store;
 use crate::upstream::{ClientUpstreams, Identity, Upstream};
 
-/// Stateless callers whose scopes are cached (least recently used out first).
-const STATELESS_SCOPES: usize = 1024;
+/// Callers whose scopes are cached (least recently used out first). A session keeps its own
+/// snapshot, so a caller pushed out only costs a fresh derivation on the next change.
+const CACHED_SCOPES: usize = 1024;
 
 /// Work the gateway did, for tests and benchmarks.
 #[derive(Debug, Default)]
@@ -77,8 +78,9 @@ pub struct Gateway {
     epoch: watch::Sender<u64>,
     /// Debounced ticks after scope changes: when passthrough clients are told.
     notices: Notifier,
-    /// Stateless callers' scopes, used while current.
-    stateless: Mutex<lru::LruCache<Caller, Arc<Snapshot>>>,
+    /// Scopes by caller, shared by all of that caller's sessions and stateless requests while
+    /// current: a scope change derives each distinct caller's scope once, not once per session.
+    scopes: Mutex<lru::LruCache<Caller, Arc<Snapshot>>>,
     pub limits: Limits,
     pub max_query_chars: usize,
     pub local_caller: Caller,
@@ -104,8 +106,8 @@ impl Gateway {
             sessions: Mutex::new(Vec::new()),
             epoch,
             notices: Notifier::new(p.notice_window),
-            stateless: Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(STATELESS_SCOPES).expect("a positive capacity"),
+            scopes: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(CACHED_SCOPES).expect("a positive capacity"),
             )),
             limits: p.limits,
             max_query_chars: p.max_query_chars,
@@ -121,8 +123,21 @@ impl Gateway {
         self.upstream.get(backend).is_some_and(|b| self.health.advertisable(b))
     }
 
-    /// The scope `caller` has now.
-    pub fn scope_for(&self, caller: &Caller) -> Snapshot {
+    /// The scope `caller` has now, derived once per caller and change (see `scopes`).
+    pub fn scope_for(&self, caller: &Caller) -> Arc<Snapshot> {
+        // Held while deriving: sessions of one caller woken together wait for one derivation.
+        let mut cache = self.scopes.lock().expect("scopes lock");
+        if let Some(s) = cache.get(caller)
+            && self.is_current(s)
+        {
+            return s.clone();
+        }
+        let s = Arc::new(self.derive_scope(caller));
+        cache.put(caller.clone(), s.clone());
+        s
+    }
+
+    fn derive_scope(&self, caller: &Caller) -> Snapshot {
         // Versions first: a change while the scope is built leaves it looking stale, never current.
         let health_version = self.health.version();
         let generation = self.store.current();
@@ -142,7 +157,7 @@ impl Gateway {
         if self.is_current(&snap) {
             return snap;
         }
-        let next = Arc::new(self.scope_for(&session.caller));
+        let next = self.scope_for(&session.caller);
         session.swap(next.clone());
         next
     }
@@ -174,19 +189,6 @@ impl Gateway {
     /// Live sessions now.
     pub fn session_count(&self) -> usize {
         self.sessions.lock().expect("sessions lock").iter().filter(|w| w.strong_count() > 0).count()
-    }
-
-    /// The scope of a caller with no session (protocol 2026-07-28), cached while current.
-    pub fn stateless_snapshot(&self, caller: &Caller) -> Arc<Snapshot> {
-        let mut cache = self.stateless.lock().expect("stateless lock");
-        if let Some(s) = cache.get(caller)
-            && self.is_current(s)
-        {
-            return s.clone();
-        }
-        let s = Arc::new(self.scope_for(caller));
-        cache.put(caller.clone(), s.clone());
-        s
     }
 
     /// Tells every session its scope may have changed: each swaps at once, and passthrough
@@ -256,7 +258,7 @@ async fn resync_worker(
         };
         let (Some(gw), Some(session)) = (gw.upgrade(), session.upgrade()) else { return };
         scopes.mark_unchanged();
-        let next = Arc::new(gw.scope_for(&session.caller));
+        let next = gw.scope_for(&session.caller);
         session.swap(next.clone());
         gw.counters.resyncs.fetch_add(1, Ordering::Relaxed);
         if !notice || gw.mode != Mode::Passthrough || told.same_tools(&next) {

@@ -56,7 +56,7 @@ impl GatewayHandler {
     fn snapshot(&self, ctx: &RequestContext<RoleServer>) -> Arc<Snapshot> {
         match self.session.get() {
             Some(s) => self.gw.session_snapshot(s),
-            None => self.gw.stateless_snapshot(&self.caller_of(ctx)),
+            None => self.gw.scope_for(&self.caller_of(ctx)),
         }
     }
 
@@ -583,13 +583,13 @@ impl ServerHandler for GatewayHandler {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let caller = self.caller_of(context.request_context());
         let mut epochs = self.gw.subscribe_scopes();
-        let mut current = self.gw.stateless_snapshot(&caller);
+        let mut current = self.gw.scope_for(&caller);
         loop {
             tokio::select! {
                 _ = context.cancelled() => return Ok(()),
                 r = epochs.changed() => if r.is_err() { return Ok(()) },
             }
-            let next = self.gw.stateless_snapshot(&caller);
+            let next = self.gw.scope_for(&caller);
             if self.gw.mode == Mode::Passthrough && !current.same_tools(&next) {
                 if context.sink().notify_tool_list_changed().await.is_err() {
                     return Ok(());

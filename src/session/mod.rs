@@ -232,12 +232,12 @@ pub struct SessionHandle {
 }
 
 impl SessionHandle {
-    pub fn new(caller: Caller, snapshot: Snapshot, max_calls: usize) -> Arc<Self> {
+    pub fn new(caller: Caller, snapshot: Arc<Snapshot>, max_calls: usize) -> Arc<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         Arc::new(Self {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             caller,
-            scope: ArcSwap::from_pointee(snapshot),
+            scope: ArcSwap::new(snapshot),
             peer: OnceLock::new(),
             upstreams: OnceLock::new(),
             level: Arc::default(),
@@ -342,7 +342,7 @@ mod tests {
     fn a_swap_leaves_a_loaded_snapshot_alone() {
         let g = generation();
         let s = scope(g.clone(), &|_| true, &AllowAll, &Caller::anonymous());
-        let h = SessionHandle::new(Caller::anonymous(), s, 1);
+        let h = SessionHandle::new(Caller::anonymous(), Arc::new(s), 1);
         let in_flight = h.snapshot();
         h.swap(Arc::new(scope(g, &|b| b == "stable", &AllowAll, &Caller::anonymous())));
         assert!(in_flight.tool("unstable_echo").is_some());
