@@ -367,3 +367,53 @@ async fn stdio_serving_runs_as_the_configured_principal() {
     assert!(c.call_tool(rmcp::model::CallToolRequestParams::new("kit_echo")).await.is_err());
     c.cancel().await.unwrap();
 }
+
+/// A JWKS that answers once and then stalls: each scheduled refresh gives up at `jwks_timeout`,
+/// the keys of the last good fetch stay in use, and no request waits on the stalled endpoint
+/// beyond that timeout.
+#[tokio::test]
+async fn a_jwks_that_turns_slow_keeps_the_last_good_keys() {
+    use axum::response::IntoResponse;
+    let key = SigningKey::load(Algorithm::EdDSA);
+    let set = serde_json::to_value(JwkSet { keys: vec![key.jwk()] }).unwrap();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (stalled_tx, mut stalled) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let route = move || {
+        let (set, served, stalled_tx) = (set.clone(), served.clone(), stalled_tx.clone());
+        async move {
+            if served.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return axum::Json(set).into_response();
+            }
+            let _ = stalled_tx.send(());
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            "too late".into_response()
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+    let router = axum::Router::new().route("/jwks", axum::routing::get(route));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let auth = format!(
+        "[auth]\nmode = \"jwt\"\n[auth.jwt]\nissuer = \"https://idp.test\"\naudiences = [\"toolmux\"]\n\
+         jwks_url = \"{url}\"\njwks_refresh = \"1s\"\njwks_timeout = \"300ms\"\n\
+         [[policy]]\ngroups = [\"dev\"]\nbackends = [\"*\"]\n"
+    );
+    let kit = http_backend("testkit").await;
+    let app = passthrough(&auth, &http_backend_toml("kit", &kit.url)).await;
+    let token = key.sign(&claims("alice"));
+    assert_eq!(post(&app, Some(&token), None, &initialize()).await.0, 200);
+    // Two stalled refreshes: the first has timed out by the time the second starts.
+    for _ in 0..2 {
+        tokio::time::timeout(Duration::from_secs(20), stalled.recv()).await.expect("a scheduled refresh");
+    }
+    let bounded = |token: String| {
+        let app = &app;
+        async move { tokio::time::timeout(Duration::from_secs(5), post(app, Some(&token), None, &initialize())).await }
+    };
+    assert_eq!(bounded(token.clone()).await.expect("not held up by the stalled JWKS").0, 200, "last good keys");
+    let mut other = Header::new(Algorithm::EdDSA);
+    other.kid = Some("rotated-key".into());
+    let unknown = jsonwebtoken::encode(&other, &claims("alice"), &key.key).unwrap();
+    assert_eq!(bounded(unknown).await.expect("an unknown kid waits at most jwks_timeout").0, 401);
+    app.shutdown().await;
+}

@@ -1,7 +1,7 @@
 //! A property of authorization: over random catalogs, random `[[policy]]` rules, random callers
 //! and random backend health, nothing find_tool answers (tools, `unavailable` entries, token
-//! counts) and nothing in a caller's scope (what passthrough lists and what calls resolve
-//! against) reaches outside what the rules allow. The rules are checked against a plain
+//! counts) and nothing in a caller's scope (what passthrough lists, what calls resolve against,
+//! the backends whose resources and prompts it gets) reaches outside what the rules allow. The rules are checked against a plain
 //! reference reading of them, not against the code under test.
 
 use std::collections::HashSet;
@@ -72,7 +72,7 @@ async fn nothing_reaches_outside_the_callers_policy() {
         Caller::named("dave", vec![]),
     ];
     // What the run saw, so that it cannot pass by seeing nothing.
-    let (mut found, mut unavailable, mut empty_scopes) = (0, 0, 0);
+    let (mut found, mut unavailable, mut empty_scopes, mut whole_backends) = (0, 0, 0, 0);
     for round in 0..60 {
         // A catalog of 2 to 5 backends with 1 to 6 tools each.
         let names: Vec<String> = (0..rng.random_range(2..=5)).map(|i| format!("b{i}")).collect();
@@ -100,7 +100,8 @@ async fn nothing_reaches_outside_the_callers_policy() {
             (0..rng.random_range(1..=5)).map(|_| random_rule(&mut rng, &backend_names)).collect();
         let down: HashSet<String> = names.iter().filter(|_| rng.random_bool(0.3)).cloned().collect();
 
-        let gw = gateway(&names, catalog, Arc::new(Rules::new(&rules, true))).await;
+        let policy = Arc::new(Rules::new(&rules, true));
+        let gw = gateway(&names, catalog, policy.clone()).await;
         for b in &down {
             for _ in 0..3 {
                 gw.health.record(b, None);
@@ -130,6 +131,23 @@ async fn nothing_reaches_outside_the_callers_policy() {
             if got.is_empty() {
                 empty_scopes += 1;
             }
+            // A call resolves against the scope: every catalog name resolves exactly when allowed.
+            for t in gw.store.current().catalog.tools() {
+                assert_eq!(snap.tool(t.name()).is_some(), want.contains(t.name()), "round {round}: call {}", t.name());
+            }
+            // Resources and prompts come only from backends allowed whole: any tool name there,
+            // listed or not, must be one the rules allow.
+            for b in &names {
+                if policy.backend(caller, b) == toolmux::session::Access::All {
+                    whole_backends += 1;
+                    for tool in TOOL_NAMES.iter().chain(&["not_listed_anywhere"]) {
+                        assert!(
+                            reference_allows(&rules, caller, b, tool),
+                            "round {round}: {caller:?} gets {b}'s resources and prompts but not {tool}"
+                        );
+                    }
+                }
+            }
             let tokens: u64 = snap.tools().map(|t| t.tokens).sum();
             assert_eq!(snap.baseline_tokens, tokens, "round {round}: token baseline counts only allowed tools");
             for query in QUERIES {
@@ -152,8 +170,8 @@ async fn nothing_reaches_outside_the_callers_policy() {
         }
     }
     assert!(
-        found > 100 && unavailable > 20 && empty_scopes > 10,
-        "found {found}, unavailable {unavailable}, empty {empty_scopes}"
+        found > 100 && unavailable > 20 && empty_scopes > 10 && whole_backends > 10,
+        "found {found}, unavailable {unavailable}, empty {empty_scopes}, whole {whole_backends}"
     );
 }
 
