@@ -88,24 +88,8 @@ fn benches(c: &mut Criterion) {
             let embedded = gw.store.counters.texts_embedded.load(Ordering::Relaxed);
             let mut down = false;
             g.bench_function(BenchmarkId::new(format!("{tools}_tools"), sessions), |b| {
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        down = !down;
-                        let before = gw.counters.resyncs.load(Ordering::Relaxed);
-                        let start = Instant::now();
-                        // The health flip, then the fan-out the catalog task would start.
-                        gw.health.record("b3", if down { None } else { Some(Duration::from_millis(1)) });
-                        gw.scopes_changed();
-                        rt.block_on(async {
-                            while gw.counters.resyncs.load(Ordering::Relaxed) < before + sessions as u64 {
-                                tokio::task::yield_now().await;
-                            }
-                        });
-                        total += start.elapsed();
-                    }
-                    total
-                })
+                // b3 flips each iteration.
+                b.iter_custom(|iters| (0..iters).map(|_| flip(&rt, &gw, "b3", &mut down, sessions)).sum())
             });
             assert_eq!(gw.store.counters.texts_embedded.load(Ordering::Relaxed), embedded, "a swap embedded something");
             let expect_b3 = !down;
@@ -169,28 +153,28 @@ fn with_policy(c: &mut Criterion) {
         );
         let mut down = false;
         g.bench_function(BenchmarkId::new(name, sessions), |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    down = !down;
-                    let before = gw.counters.resyncs.load(Ordering::Relaxed);
-                    let start = Instant::now();
-                    // b1 is whole to p0 and p9, part of p8's scope.
-                    gw.health.record("b1", if down { None } else { Some(Duration::from_millis(1)) });
-                    gw.scopes_changed();
-                    rt.block_on(async {
-                        while gw.counters.resyncs.load(Ordering::Relaxed) < before + sessions as u64 {
-                            tokio::task::yield_now().await;
-                        }
-                    });
-                    total += start.elapsed();
-                }
-                total
-            })
+            // b1 is whole to p0 and p9, part of p8's scope.
+            b.iter_custom(|iters| (0..iters).map(|_| flip(&rt, &gw, "b1", &mut down, sessions)).sum())
         });
         drop(handles);
     }
     g.finish();
+}
+
+/// Flips `backend`'s health, starts the fan-out the catalog task would, and returns the time
+/// until all `sessions` workers have swapped.
+fn flip(rt: &tokio::runtime::Runtime, gw: &Gateway, backend: &str, down: &mut bool, sessions: usize) -> Duration {
+    *down = !*down;
+    let before = gw.counters.resyncs.load(Ordering::Relaxed);
+    let start = Instant::now();
+    gw.health.record(backend, if *down { None } else { Some(Duration::from_millis(1)) });
+    gw.scopes_changed();
+    rt.block_on(async {
+        while gw.counters.resyncs.load(Ordering::Relaxed) < before + sessions as u64 {
+            tokio::task::yield_now().await;
+        }
+    });
+    start.elapsed()
 }
 
 criterion_group!(resync, benches, with_policy);
