@@ -352,16 +352,7 @@ async fn stdio_serving_runs_as_the_configured_principal() {
         stdio_backend_toml("kit", "testkit")
     );
     std::fs::write(&config, toml).unwrap();
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(["serve", "--stdio", "--config", config.to_str().unwrap()]).stderr(std::process::Stdio::null());
-    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
-    let c = rmcp::ServiceExt::serve(Recorder::default(), transport).await.expect("stdio gateway answers");
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            c.list_all_tools().await.map(|t| t.iter().any(|t| t.name == "diag_echo")).unwrap_or(false)
-        })
-        .await
-    );
+    let c = stdio_gateway(&config, "diag_echo").await;
     let tools = c.list_all_tools().await.unwrap();
     assert!(tools.iter().all(|t| t.name.starts_with("diag_")), "carol may use diag only: {tools:?}");
     assert!(c.call_tool(rmcp::model::CallToolRequestParams::new("kit_echo")).await.is_err());

@@ -283,16 +283,7 @@ async fn serve_stdio_fronts_the_backends_for_a_launching_client() {
     let config = dir.path().join("toolmux.toml");
     std::fs::write(&config, format!("[server]\nmode = \"passthrough\"\n{}", stdio_backend_toml("diag", "echo")))
         .unwrap();
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(["serve", "--stdio", "--config", config.to_str().unwrap()]).stderr(std::process::Stdio::null());
-    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
-    let c = rmcp::ServiceExt::serve(Recorder::default(), transport).await.expect("stdio gateway answers");
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            c.list_all_tools().await.map(|t| t.iter().any(|t| t.name == "diag_echo")).unwrap_or(false)
-        })
-        .await
-    );
+    let c = stdio_gateway(&config, "diag_echo").await;
     let r = call(&c, "diag_echo", json!({"input": "through two stdio hops"})).await;
     assert_eq!(text(&r), "through two stdio hops");
     c.cancel().await.unwrap();
