@@ -28,7 +28,7 @@ impl Default for AuthConfig {
             mode: AuthMode::None,
             resource_url: None,
             public_health: true,
-            stdio_principal: "anonymous".into(),
+            stdio_principal: ANONYMOUS.into(),
             stdio_groups: Vec::new(),
         }
     }
@@ -73,6 +73,10 @@ pub enum JwksSource {
     Url(String),
     File(PathBuf),
 }
+
+/// Who a caller is when nothing authenticated it: every caller without `[auth]`, and the
+/// client of `serve --stdio` unless `auth.stdio_principal` names another.
+pub const ANONYMOUS: &str = "anonymous";
 
 pub const JWT_ALGORITHMS: [&str; 3] = ["RS256", "ES256", "EdDSA"];
 
@@ -141,7 +145,7 @@ impl Validator<'_> {
             mode,
             resource_url: raw.resource_url,
             public_health,
-            stdio_principal: raw.stdio_principal.unwrap_or_else(|| "anonymous".into()),
+            stdio_principal: raw.stdio_principal.unwrap_or_else(|| ANONYMOUS.into()),
             stdio_groups: raw.stdio_groups.unwrap_or_default(),
         }
     }

@@ -9,8 +9,8 @@ mod auth;
 mod raw;
 
 pub use auth::{
-    AuthConfig, AuthMode, BearerToken, CLIENT_PRINCIPAL, CLIENT_TOKEN, JWT_ALGORITHMS, JwksSource, JwtConfig,
-    PolicyRule,
+    ANONYMOUS, AuthConfig, AuthMode, BearerToken, CLIENT_PRINCIPAL, CLIENT_TOKEN, JWT_ALGORITHMS, JwksSource,
+    JwtConfig, PolicyRule,
 };
 
 use std::collections::{BTreeMap, HashSet};

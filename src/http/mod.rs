@@ -123,7 +123,8 @@ struct Edge {
 
 impl Edge {
     async fn check(&self, req: Request, next: Next) -> Response {
-        let principal = req.extensions().get::<Caller>().map_or("anonymous", |c| c.principal.as_str()).to_string();
+        let principal =
+            req.extensions().get::<Caller>().map_or(crate::config::ANONYMOUS, |c| c.principal.as_str()).to_string();
         let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         if let Some(id) = &session {
             // Another principal's session is answered like one that does not exist.

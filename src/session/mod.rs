@@ -33,7 +33,7 @@ pub struct Caller {
 
 impl Caller {
     pub fn anonymous() -> Self {
-        Self::named("anonymous", Vec::new())
+        Self::named(crate::config::ANONYMOUS, Vec::new())
     }
 
     pub fn named(principal: &str, groups: Vec<String>) -> Self {
