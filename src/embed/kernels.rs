@@ -131,8 +131,11 @@ pub fn matmul(x: &[f32], w: &[f32], rows: usize, inner: usize, cols: usize, out:
     }
     // Blocks of whole 16-float vectors, one per thread.
     let width = cols.div_ceil(threads).next_multiple_of(16);
+    // One base pointer for every block: taking `as_mut_ptr` per block would reborrow `out` each
+    // time and, under Rust's aliasing model, invalidate the pointers handed out before it.
+    let base = out.as_mut_ptr();
     let blocks: Vec<Block> =
-        (0..cols).step_by(width).map(|start| Block(out.as_mut_ptr(), start, width.min(cols - start))).collect();
+        (0..cols).step_by(width).map(|start| Block(base, start, width.min(cols - start))).collect();
     rayon::scope(|scope| {
         for block in blocks {
             scope.spawn(|_| product(block, Parallelism::None));
