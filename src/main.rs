@@ -132,14 +132,23 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve { config, stdio } => {
             let config = Config::load(&config)?;
             if stdio {
-                toolmux::app::serve_stdio(config).await?;
+                let stop = tokio_util::sync::CancellationToken::new();
+                let on_signal = stop.clone();
+                tokio::spawn(async move {
+                    if stop_signal().await.is_ok() {
+                        on_signal.cancel();
+                        exit_on_second_signal().await;
+                    }
+                });
+                toolmux::app::serve_stdio(config, stop).await?;
                 return Ok(ExitCode::SUCCESS);
             }
             let path = config.server.path.clone();
+            let grace = config.server.shutdown_grace;
             let app = App::start(config, Options::default()).await?;
             let addr = app.addr.expect("serving HTTP");
             println!("toolmux listening on http://{addr}{path}");
-            serve_until_signal(app).await
+            serve_until_signal(app, grace).await
         }
         Command::Find { config, query, keywords } => {
             let config = Config::load(&config)?;
@@ -164,7 +173,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 app.gateway.upstream.backends.len(),
                 app.gateway.store.current().catalog.len()
             );
-            serve_until_signal(app).await
+            serve_until_signal(app, toolmux::config::DEFAULT_SHUTDOWN_GRACE).await
         }
         Command::Backend { name, listen, stdio, list_delay_ms } => {
             let mut backend = toolmux::demo::backend(&name)
@@ -186,7 +195,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn serve_until_signal(app: App) -> anyhow::Result<ExitCode> {
+async fn serve_until_signal(app: App, grace: Duration) -> anyhow::Result<ExitCode> {
     if !app.ready(Duration::from_secs(60)).await {
         tracing::warn!("not every backend answered within 60 s; serving the ones that did");
     }
@@ -198,8 +207,34 @@ async fn serve_until_signal(app: App) -> anyhow::Result<ExitCode> {
         app.shutdown().await;
         return Ok(ExitCode::from(2));
     }
-    tokio::signal::ctrl_c().await?;
-    tracing::info!("shutting down");
-    app.shutdown().await;
+    stop_signal().await?;
+    tracing::info!(
+        "stopping: no new sessions; running requests have up to {} to finish",
+        humantime::format_duration(grace)
+    );
+    tokio::spawn(exit_on_second_signal());
+    app.stop(grace).await;
+    tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Waits for SIGTERM (service managers, container runtimes) or SIGINT (Ctrl-C).
+async fn stop_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+/// A second stop signal during a graceful stop: end the stdio backends and exit now.
+async fn exit_on_second_signal() {
+    if stop_signal().await.is_ok() {
+        eprintln!("toolmux: second signal; exiting without waiting for running calls");
+        toolmux::upstream::children::kill_all_now();
+        std::process::exit(130);
+    }
 }

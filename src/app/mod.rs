@@ -1,6 +1,7 @@
 //! The composition root: builds every part from a [`Config`], owns every long-lived task
 //! (backend supervisors, health watchers, the catalog task, the HTTP server), reports readiness,
-//! and shuts down in order: cancel → stop accepting → drain within a deadline.
+//! and stops in order: not ready → running calls finish (up to
+//! `server.shutdown_grace`) → stop accepting and cancel the rest → end stdio process groups.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,8 +26,10 @@ use crate::session::Policy;
 use crate::store::Store;
 use crate::upstream::Upstream;
 
-/// How long shutdown waits for tasks to finish.
+/// How long a stop waits for tasks to finish once everything is cancelled.
 const DRAIN: Duration = Duration::from_secs(5);
+/// How long stdio backends' process groups get between SIGTERM and SIGKILL.
+const CHILD_GRACE: Duration = Duration::from_secs(2);
 
 /// Which embedder the store gets.
 pub enum EmbedderChoice {
@@ -168,13 +171,35 @@ impl App {
         self.ct.clone()
     }
 
-    /// Stops everything, waiting up to a deadline for tasks to drain.
+    /// Stops at once: what is running is cancelled.
     pub async fn shutdown(self) {
+        self.stop(Duration::ZERO).await;
+    }
+
+    /// Stops gracefully: `/readyz` turns 503 and new sessions are refused (503) at once; requests
+    /// under way get up to `grace` to finish and have their answers delivered; then the listener
+    /// closes, the rest is cancelled (backends are sent `notifications/cancelled`), stdio
+    /// backends' process groups are ended, and the gateway's tasks are waited for.
+    ///
+    /// The listener stays open while requests finish, so that a load balancer's readiness probe
+    /// sees the 503 and a session can still answer what its running call asks of it.
+    pub async fn stop(self, grace: Duration) {
+        self.gateway.begin_drain();
+        let inflight = &self.gateway.inflight;
+        inflight.close();
+        if !grace.is_zero() && tokio::time::timeout(grace, inflight.wait()).await.is_err() {
+            tracing::warn!(
+                running = inflight.len(),
+                "cancelling requests still running after {} (server.shutdown_grace)",
+                humantime::format_duration(grace)
+            );
+        }
         self.ct.cancel();
         self.tasks.close();
         if tokio::time::timeout(DRAIN, self.tasks.wait()).await.is_err() {
             tracing::warn!("some tasks did not stop within {DRAIN:?}");
         }
+        crate::upstream::children::terminate_all(CHILD_GRACE).await;
     }
 }
 
@@ -237,12 +262,27 @@ fn same_catalog(a: &Catalog, b: &Catalog) -> bool {
 }
 
 /// Serves one client over stdin/stdout (for desktop clients that launch their servers).
-pub async fn serve_stdio(config: Config) -> anyhow::Result<()> {
+///
+/// A stop (`stop` cancelled) lets running calls finish first, as over HTTP.
+pub async fn serve_stdio(config: Config, stop: CancellationToken) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
+    let grace = config.server.shutdown_grace;
     let app = App::start(config, Options { http: false, ..Options::default() }).await?;
     app.ready(Duration::from_secs(60)).await;
     let service = crate::mcp::GatewayHandler::new(app.gateway.clone()).serve(rmcp::transport::stdio()).await?;
-    let _ = service.waiting().await;
+    let client = service.cancellation_token();
+    let ended = service.waiting();
+    tokio::pin!(ended);
+    tokio::select! {
+        _ = &mut ended => {}
+        _ = stop.cancelled() => {
+            app.gateway.begin_drain();
+            app.gateway.inflight.close();
+            let _ = tokio::time::timeout(grace, app.gateway.inflight.wait()).await;
+            client.cancel();
+            let _ = ended.await;
+        }
+    }
     app.shutdown().await;
     Ok(())
 }

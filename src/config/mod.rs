@@ -51,6 +51,8 @@ pub struct ServerConfig {
     /// Extra `Host`/`Origin` values accepted besides the loopback names.
     pub allowed_origins: Vec<String>,
     pub limits: Limits,
+    /// How long a stop lets running calls finish before cancelling them.
+    pub shutdown_grace: Duration,
 }
 
 /// What one client, or all of them together, can make the gateway hold.
@@ -184,6 +186,8 @@ impl Default for HealthConfig {
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4483";
 pub const DEFAULT_MAX_BODY: usize = 4 * 1024 * 1024;
+/// `server.shutdown_grace` when unset.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub const DEFAULT_MODEL: &str = "all-MiniLM-L6-v2";
 
 /// One problem in a configuration file.
@@ -328,7 +332,17 @@ impl Validator<'_> {
             header_timeout: self.positive("server.header_timeout", raw.header_timeout.as_deref(), d.header_timeout),
             body_timeout: self.positive("server.body_timeout", raw.body_timeout.as_deref(), d.body_timeout),
         };
-        ServerConfig { listen, path, mode, max_body, allowed_origins: raw.allowed_origins.unwrap_or_default(), limits }
+        let shutdown_grace =
+            self.positive("server.shutdown_grace", raw.shutdown_grace.as_deref(), DEFAULT_SHUTDOWN_GRACE);
+        ServerConfig {
+            listen,
+            path,
+            mode,
+            max_body,
+            allowed_origins: raw.allowed_origins.unwrap_or_default(),
+            limits,
+            shutdown_grace,
+        }
     }
 
     /// A count of at least 1.

@@ -86,6 +86,7 @@ pub struct Server {
     pub max_connections: Option<i64>,
     pub header_timeout: Option<String>,
     pub body_timeout: Option<String>,
+    pub shutdown_grace: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -53,6 +53,17 @@ pub fn initialize_id(body: &[u8]) -> Option<Value> {
     (msg.get("method")?.as_str()? == "initialize").then(|| msg.get("id").cloned().unwrap_or(Value::Null))
 }
 
+/// Whether `body` opens a stream that lasts as long as the client wants (a 2026-07-28
+/// `subscriptions/listen`): a stop does not wait for it.
+pub fn is_listen(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Method<'a> {
+        #[serde(borrow)]
+        method: Option<&'a str>,
+    }
+    serde_json::from_slice::<Method<'_>>(body).is_ok_and(|m| m.method == Some("subscriptions/listen"))
+}
+
 pub fn check(body: &[u8]) -> Result<(), Rejection> {
     let value = parse_strict(body)?;
     let msg = match value {

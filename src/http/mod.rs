@@ -62,8 +62,9 @@ pub fn router(
     sessions.session_config.keep_alive = Some(server.limits.session_idle_timeout);
     let sessions = Arc::new(sessions);
     let mcp = StreamableHttpService::new(move || Ok(GatewayHandler::new(handler_gw.clone())), sessions.clone(), cfg);
-    let ready_gw = gw;
+    let ready_gw = gw.clone();
     let edge = Arc::new(Edge {
+        gw,
         sessions,
         max_body: server.max_body,
         body_timeout: server.limits.body_timeout,
@@ -91,7 +92,9 @@ pub fn router(
         get(move || {
             let gw = ready_gw.clone();
             async move {
-                if gw.is_ready() {
+                if gw.is_draining() {
+                    (StatusCode::SERVICE_UNAVAILABLE, "stopping: running calls are finishing\n")
+                } else if gw.is_ready() {
                     (StatusCode::OK, "ready\n")
                 } else {
                     (StatusCode::SERVICE_UNAVAILABLE, "starting: backends are being tried and the tool index built\n")
@@ -113,6 +116,7 @@ pub fn router(
 
 /// What toolmux checks before rmcp sees a request.
 struct Edge {
+    gw: Arc<Gateway>,
     sessions: Arc<LocalSessionManager>,
     max_body: usize,
     body_timeout: Duration,
@@ -187,6 +191,10 @@ impl Edge {
         if !parts.headers.contains_key(SESSION_HEADER)
             && let Some(id) = jsonrpc::initialize_id(&bytes)
         {
+            if self.gw.is_draining() {
+                let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": SERVER_BUSY, "message": "toolmux is stopping; connect again (to another replica, or once it has restarted)"}});
+                return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+            }
             let open = self.sessions.sessions.read().await.len();
             if open >= self.max_sessions {
                 let message = format!(
@@ -198,7 +206,19 @@ impl Edge {
                     .into_response();
             }
         }
-        next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+        if jsonrpc::is_listen(&bytes) {
+            return next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await;
+        }
+        // Counted until the answer's last byte is written: a stop waits for it.
+        let inflight = self.gw.inflight.token();
+        let response = next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await;
+        response.map(|body| {
+            use futures::StreamExt;
+            axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
+                let _ = &inflight;
+                chunk
+            }))
+        })
     }
 
     /// `DELETE` of a session: 404 when there is no such session (the spec's answer for any

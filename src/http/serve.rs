@@ -16,8 +16,9 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// How long a graceful stop waits for open connections to finish their requests.
-const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// How long a connection may take to close once the gateway is cancelled (its calls have had
+/// `server.shutdown_grace` already, see [`crate::app::App::stop`]).
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 pub struct Limits {
     pub max_connections: usize,

@@ -85,6 +85,11 @@ pub struct Gateway {
     pub max_query_chars: usize,
     pub local_caller: Caller,
     ready: AtomicBool,
+    /// Set when a stop begins: `/readyz` answers 503 and new sessions are refused.
+    draining: AtomicBool,
+    /// Requests being answered (HTTP POSTs until their answer is written, forwarded calls):
+    /// a stop waits for these, up to `server.shutdown_grace`.
+    pub inflight: tokio_util::task::TaskTracker,
     pub counters: Counters,
     ct: CancellationToken,
 }
@@ -113,6 +118,8 @@ impl Gateway {
             max_query_chars: p.max_query_chars,
             local_caller: p.local_caller,
             ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            inflight: tokio_util::task::TaskTracker::new(),
             counters: Counters::default(),
             ct: p.ct,
         })
@@ -231,6 +238,15 @@ impl Gateway {
 
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// Begins a stop: not ready from now on, and no new sessions.
+    pub fn begin_drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
     }
 }
 

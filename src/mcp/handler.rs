@@ -171,6 +171,7 @@ impl GatewayHandler {
         mut params: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let _inflight = self.gw.inflight.token();
         let caller = self.caller(ctx);
         let stateless = self.session.get().is_none();
         // A session-less client's retry of a call parked here, with its answers.

@@ -74,11 +74,13 @@ pub struct UpstreamClient {
     /// Rung on a list change (the gateway's own connection only).
     relist: Option<Arc<Notify>>,
     relay: Arc<dyn Relay>,
+    /// A stdio backend's process group: ended when this connection is dropped.
+    pub(super) group: Option<super::children::Group>,
 }
 
 impl UpstreamClient {
     pub fn new(backend: String, conn: u64, relist: Option<Arc<Notify>>, relay: Arc<dyn Relay>) -> Self {
-        Self { backend, conn, relist, relay }
+        Self { backend, conn, relist, relay, group: None }
     }
 
     fn relist(&self) {

@@ -20,6 +20,7 @@
 //! forwarding calls return as it is ([`Answer::InputRequired`]): what to do with it depends on
 //! the client, and that is the `mcp` layer's business.
 
+pub mod children;
 mod client;
 mod session;
 
@@ -387,7 +388,7 @@ impl Backend {
     /// identity are filled in from it, and left out of the gateway's own connection.
     async fn open(
         &self,
-        handler: UpstreamClient,
+        mut handler: UpstreamClient,
         identity: Option<&Identity>,
     ) -> anyhow::Result<RunningService<RoleClient, UpstreamClient>> {
         let service = match &self.config.transport {
@@ -421,14 +422,19 @@ impl Backend {
                 handler.serve_with_lifecycle(transport, self.lifecycle()).await?
             }
             Transport::Stdio { command, args, env, cwd } => {
+                use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
                 use rmcp::transport::TokioChildProcess;
                 let mut cmd = tokio::process::Command::new(command);
-                cmd.args(args).envs(env).kill_on_drop(true);
+                cmd.args(args).envs(env);
                 if let Some(cwd) = cwd {
                     cmd.current_dir(cwd);
                 }
+                // A group of its own: what the backend starts ends with it (see `children`).
+                let mut wrapped = CommandWrap::from(cmd);
+                wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
                 let transport =
-                    TokioChildProcess::new(cmd).map_err(|e| anyhow::anyhow!("cannot start `{command}`: {e}"))?;
+                    TokioChildProcess::new(wrapped).map_err(|e| anyhow::anyhow!("cannot start `{command}`: {e}"))?;
+                handler.group = transport.id().and_then(children::Group::register);
                 handler.serve_with_lifecycle(transport, self.lifecycle()).await?
             }
         };

@@ -288,7 +288,12 @@ pub struct RawSession {
 
 impl RawSession {
     pub async fn open(app: &App) -> Self {
-        let url = format!("http://{}/mcp", app.addr.unwrap());
+        Self::open_url(&format!("http://{}/mcp", app.addr.unwrap())).await
+    }
+
+    /// A session with the gateway at `url` (a child process, say).
+    pub async fn open_url(url: &str) -> Self {
+        let url = url.to_string();
         let http = reqwest::Client::new();
         let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
@@ -312,12 +317,24 @@ impl RawSession {
             .json(body)
     }
 
-    /// Sends a request and returns its `result` (panics on a JSON-RPC error).
-    pub async fn request(&self, method: &str, params: Value) -> Value {
+    /// Sends a request and returns once the gateway has taken it (the answer's headers are
+    /// in): its id and the response whose body will carry the answer ([`Self::answer`]).
+    pub async fn send(&self, method: &str, params: Value) -> (usize, reqwest::Response) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let r = self.post(&body).send().await.unwrap();
         assert!(r.status().is_success(), "{method}: {}", r.status());
+        (id, r)
+    }
+
+    /// The JSON-RPC message answering request `id` in `r`.
+    pub async fn answer(r: reqwest::Response, id: usize) -> Value {
+        response_of(r, id).await
+    }
+
+    /// Sends a request and returns its `result` (panics on a JSON-RPC error).
+    pub async fn request(&self, method: &str, params: Value) -> Value {
+        let (id, r) = self.send(method, params).await;
         let answer = response_of(r, id).await;
         assert!(answer.get("error").is_none(), "{method}: {answer}");
         answer["result"].clone()

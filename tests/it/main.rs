@@ -10,6 +10,7 @@ mod cli;
 mod gateway;
 mod health;
 mod http;
+mod ops;
 mod policy;
 mod relay;
 mod repo;
