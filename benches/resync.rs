@@ -34,7 +34,7 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize, policy: Arc<dyn Policy>) 
             max_instances: 1,
         })
         .collect();
-    let upstream = Arc::new(Upstream::new(&configs, Arc::new(NoRelay)));
+    let upstream = Arc::new(Upstream::new(&configs, Arc::new(NoRelay), Default::default()));
     let health_cfg = HealthConfig { unhealthy_threshold: 1, ..HealthConfig::default() };
     let health = Monitor::new(health_cfg, &upstream);
     for i in 0..BACKENDS {

@@ -33,6 +33,21 @@ enum Command {
         /// Serve one client over stdin/stdout instead of HTTP.
         #[arg(long)]
         stdio: bool,
+        /// Reload the configuration whenever the file changes (SIGHUP reloads it too).
+        #[arg(long, conflicts_with = "stdio")]
+        watch: bool,
+    },
+    /// Show a running gateway's backends, catalog, sessions and last reload (`GET /status`).
+    Status {
+        /// The gateway's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:4483")]
+        url: String,
+        /// Print the JSON as served instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Bearer token, when the gateway requires one.
+        #[arg(long, env = "TOOLMUX_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Validate a configuration file: exit 0, or 2 with every problem named by key and line.
     CheckConfig { file: PathBuf },
@@ -124,13 +139,33 @@ const DEFAULT_LOG_FILTER: &str = "warn,toolmux=info";
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Status { url, json, token } => {
+            let url = format!("{}/status", url.trim_end_matches('/').trim_end_matches("/mcp"));
+            let mut req = reqwest::Client::new().get(&url);
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            let response = req.send().await.map_err(|e| anyhow::anyhow!("cannot reach {url}: {e}"))?;
+            let code = response.status();
+            let body = response.text().await?;
+            if !code.is_success() {
+                anyhow::bail!("{url} answered {code}: {}", body.trim());
+            }
+            let status: serde_json::Value = serde_json::from_str(&body)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print!("{}", toolmux::mcp::status::table(&status));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::CheckConfig { file } => {
             let c = Config::load(&file)?;
             println!("{}: ok ({} backends, {:?} mode)", file.display(), c.backends.len(), c.server.mode);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Serve { config, stdio } => {
-            let config = Config::load(&config)?;
+        Command::Serve { config: file, stdio, watch } => {
+            let config = Config::load(&file)?;
             if stdio {
                 let stop = tokio_util::sync::CancellationToken::new();
                 let on_signal = stop.clone();
@@ -148,7 +183,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let app = App::start(config, Options::default()).await?;
             let addr = app.addr.expect("serving HTTP");
             println!("toolmux listening on http://{addr}{path}");
-            serve_until_signal(app, grace).await
+            serve_until_signal(app, grace, Some(Reload { file, watch })).await
         }
         Command::Find { config, query, keywords } => {
             let config = Config::load(&config)?;
@@ -170,10 +205,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
             println!(
                 "toolmux demo: {} backends, {} tools; connect an MCP client to http://{addr}/mcp",
-                app.gateway.upstream.backends.len(),
+                app.gateway.upstream.backends().len(),
                 app.gateway.store.current().catalog.len()
             );
-            serve_until_signal(app, toolmux::config::DEFAULT_SHUTDOWN_GRACE).await
+            serve_until_signal(app, toolmux::config::DEFAULT_SHUTDOWN_GRACE, None).await
         }
         Command::Backend { name, listen, stdio, list_delay_ms } => {
             let mut backend = toolmux::demo::backend(&name)
@@ -195,7 +230,18 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn serve_until_signal(app: App, grace: Duration) -> anyhow::Result<ExitCode> {
+/// Where a served configuration comes from, for reloads.
+struct Reload {
+    file: PathBuf,
+    /// Also reload when the file's contents change (checked every [`WATCH_EVERY`]).
+    watch: bool,
+}
+
+/// How often `serve --watch` reads the config file. Polled rather than watched through inotify:
+/// editors that replace the file and mounted config maps that swap a symlink are seen too.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+async fn serve_until_signal(app: App, grace: Duration, reload: Option<Reload>) -> anyhow::Result<ExitCode> {
     if !app.ready(Duration::from_secs(60)).await {
         tracing::warn!("not every backend answered within 60 s; serving the ones that did");
     }
@@ -207,7 +253,46 @@ async fn serve_until_signal(app: App, grace: Duration) -> anyhow::Result<ExitCod
         app.shutdown().await;
         return Ok(ExitCode::from(2));
     }
-    stop_signal().await?;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = signal(SignalKind::hangup())?;
+        let stop = stop_signal();
+        tokio::pin!(stop);
+        let mut seen = reload.as_ref().and_then(|r| std::fs::read(&r.file).ok());
+        let mut tick = tokio::time::interval(WATCH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let forced = tokio::select! {
+                r = &mut stop => { r?; break }
+                _ = hup.recv() => true,
+                _ = tick.tick(), if reload.as_ref().is_some_and(|r| r.watch) => false,
+            };
+            let Some(r) = &reload else {
+                tracing::info!("SIGHUP ignored: this gateway has no configuration file");
+                continue;
+            };
+            let now = std::fs::read(&r.file).ok();
+            if !forced && now == seen {
+                continue;
+            }
+            seen = now;
+            // An invalid file is refused with check-config's errors; the running one stays.
+            match Config::load(&r.file) {
+                Ok(next) => {
+                    let done = app.reload(next);
+                    if done.needs_restart.is_empty() {
+                        tracing::info!("configuration reloaded: {done}");
+                    } else {
+                        tracing::warn!("configuration reloaded: {done}");
+                    }
+                }
+                Err(err) => {
+                    tracing::error!("configuration not reloaded, the running one stays: {err:#}");
+                    app.reload_refused(format!("{err:#}"));
+                }
+            }
+        }
+    }
     tracing::info!(
         "stopping: no new sessions; running requests have up to {} to finish",
         humantime::format_duration(grace)

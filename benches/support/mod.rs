@@ -108,7 +108,8 @@ pub fn synthetic(real: &[Vec<f32>], n: usize, seed: u64) -> Vec<f32> {
 /// An optimizer-mode gateway over `store`, with no backends and health monitoring off: enough to
 /// drive find_tool through the handler.
 pub fn optimizer_gateway(store: Arc<toolmux::store::Store>) -> Arc<toolmux::mcp::Gateway> {
-    let upstream = || Arc::new(toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay)));
+    let upstream =
+        || Arc::new(toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay), Default::default()));
     toolmux::mcp::Gateway::new(toolmux::mcp::gateway::Parts {
         mode: toolmux::config::Mode::Optimizer,
         max_tools: 8,

@@ -24,7 +24,10 @@ use crate::mcp::gateway::Parts;
 use crate::mcp::relay::Hub;
 use crate::session::Policy;
 use crate::store::Store;
-use crate::upstream::Upstream;
+use crate::upstream::{Backend, Upstream};
+
+mod reload;
+pub use reload::Reloaded;
 
 /// How long a stop waits for tasks to finish once everything is cancelled.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -63,6 +66,11 @@ pub struct App {
     clashes: Arc<Mutex<Vec<Clash>>>,
     ct: CancellationToken,
     tasks: TaskTracker,
+    /// The configuration in force (a reload replaces what can change live).
+    config: Mutex<Config>,
+    /// Whether the policy comes from `[[policy]]` (else a test gave one, and a reload keeps it).
+    policy_from_config: bool,
+    auth_required: bool,
 }
 
 /// Loads the configured model, with an error that says what to run when it is missing.
@@ -97,12 +105,14 @@ impl App {
         };
         let store = Arc::new(Store::new(embedder, vector_cache));
         let relay = Hub::new();
-        let upstream = Arc::new(Upstream::new(&config.backends, relay.clone()));
+        let upstream = Arc::new(Upstream::new(&config.backends, relay.clone(), ct.child_token()));
         let health = Monitor::new(config.health.clone(), &upstream);
         let authenticator = Arc::new(crate::auth::Authenticator::new(&config.auth).await);
         if let Some(jwt) = authenticator.jwt() {
             tasks.spawn(jwt.run_refresh(ct.child_token()));
         }
+        let policy_from_config = opts.policy.is_none();
+        let auth_required = authenticator.required();
         let policy = opts.policy.unwrap_or_else(|| {
             Arc::new(crate::auth::policy::Rules::new(&config.policy, authenticator.required())) as Arc<dyn Policy>
         });
@@ -123,10 +133,6 @@ impl App {
             ct: ct.clone(),
         });
 
-        for b in &upstream.backends {
-            tasks.spawn(b.clone().supervise(ct.child_token()));
-            tasks.spawn(health.clone().watch_backend(b.clone(), upstream.subscribe(), ct.child_token()));
-        }
         tasks.spawn(gateway.clone().run_notices(ct.child_token()));
         let clashes = Arc::new(Mutex::new(Vec::new()));
         tasks.spawn(catalog_task(gateway.clone(), clashes.clone(), ct.child_token()));
@@ -146,7 +152,19 @@ impl App {
         } else {
             None
         };
-        Ok(App { gateway, addr, clashes, ct, tasks })
+        let app =
+            App { gateway, addr, clashes, ct, tasks, config: Mutex::new(config), policy_from_config, auth_required };
+        for b in app.gateway.upstream.backends().iter() {
+            app.start_backend(b.clone());
+        }
+        Ok(app)
+    }
+
+    /// Starts `backend`'s supervisor and health probes (they end when it is retired).
+    fn start_backend(&self, backend: Arc<Backend>) {
+        let gw = &self.gateway;
+        self.tasks.spawn(backend.clone().supervise());
+        self.tasks.spawn(gw.health.clone().watch_backend(backend, gw.upstream.subscribe()));
     }
 
     /// Waits until every backend was listed or failed once and the index is built (or `timeout`
@@ -226,8 +244,9 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
         }
         first = false;
         // Read before the listings: ready means the index covers every backend's first answer.
-        let settled = gw.upstream.backends.iter().all(|b| settled(&gw, b));
-        let listings: Vec<_> = gw.upstream.backends.iter().map(|b| (b.name().to_string(), b.listing())).collect();
+        let backends = gw.upstream.backends();
+        let settled = backends.iter().all(|b| settled(&gw, b));
+        let listings: Vec<_> = backends.iter().map(|b| (b.name().to_string(), b.listing())).collect();
         let views: Vec<Listing<'_>> = listings.iter().map(|(n, l)| Listing { backend: n, tools: &l.tools }).collect();
         let (catalog, found) = Catalog::resolve(&views, &gw.aggregation);
         for c in &found {

@@ -21,7 +21,7 @@ pub enum ConflictResolution {
     Manual,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Aggregation {
     pub conflict_resolution: ConflictResolution,
     pub prefix_format: String,
@@ -39,7 +39,7 @@ impl Default for Aggregation {
     }
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct BackendTools {
     /// Only these original tool names are kept, when given.
     pub filter: Option<Vec<String>>,
@@ -47,7 +47,7 @@ pub struct BackendTools {
     pub overrides: BTreeMap<String, Override>,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Override {
     pub name: Option<String>,
     pub description: Option<String>,
@@ -62,7 +62,7 @@ pub struct ToolKey {
 }
 
 /// One tool as the gateway exposes it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CatalogTool {
     pub key: ToolKey,
     /// The backend's tool object with the exposed name and description; everything else untouched.

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Validator, raw};
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AuthConfig {
     pub mode: AuthMode,
     /// The MCP endpoint's public URL, for the protected-resource metadata; `None` derives it
@@ -34,7 +34,7 @@ impl Default for AuthConfig {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum AuthMode {
     /// Every caller is `anonymous` (loopback binds only, unless the operator opts out loudly).
     None,
@@ -43,14 +43,14 @@ pub enum AuthMode {
     Jwt(JwtConfig),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BearerToken {
     pub principal: String,
     pub groups: Vec<String>,
     pub sha256: [u8; 32],
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JwtConfig {
     pub issuer: String,
     pub audiences: Vec<String>,
@@ -68,7 +68,7 @@ pub struct JwtConfig {
     pub authorization_servers: Vec<String>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum JwksSource {
     Url(String),
     File(PathBuf),
@@ -81,7 +81,7 @@ pub const ANONYMOUS: &str = "anonymous";
 pub const JWT_ALGORITHMS: [&str; 3] = ["RS256", "ES256", "EdDSA"];
 
 /// One `[[policy]]` rule: who it is for, what it covers, and whether it allows or denies.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PolicyRule {
     /// Principal names or globs; `*` is every caller.
     pub principals: Vec<String>,

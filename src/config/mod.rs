@@ -30,7 +30,7 @@ pub enum Mode {
     Optimizer,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub server: ServerConfig,
     pub backends: Vec<BackendConfig>,
@@ -41,7 +41,7 @@ pub struct Config {
     pub policy: Vec<PolicyRule>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub path: String,
@@ -56,7 +56,7 @@ pub struct ServerConfig {
 }
 
 /// What one client, or all of them together, can make the gateway hold.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     /// Live client sessions; a new one past it is refused.
     pub max_sessions: usize,
@@ -85,7 +85,7 @@ impl Default for Limits {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BackendConfig {
     pub name: String,
     pub transport: Transport,
@@ -124,7 +124,7 @@ pub enum Protocol {
     Auto,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Transport {
     Http {
         url: String,
@@ -139,7 +139,7 @@ pub enum Transport {
     },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct OptimizerConfig {
     pub max_tools_to_return: usize,
     /// Name of the embedding model (a folder under `models/`).
@@ -156,7 +156,7 @@ pub struct OptimizerConfig {
 
 pub const DEFAULT_MAX_QUERY_CHARS: usize = 2000;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HealthConfig {
     /// Zero turns monitoring off: every backend is advertised.
     pub interval: Duration,
@@ -166,7 +166,7 @@ pub struct HealthConfig {
     pub circuit_breaker: Option<BreakerConfig>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BreakerConfig {
     pub failure_threshold: u32,
     pub timeout: Duration,

@@ -30,7 +30,6 @@ use breaker::Breaker;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::HealthConfig;
 use crate::upstream::{Backend, Upstream};
@@ -115,7 +114,7 @@ pub struct Monitor {
     /// Present when `[health.circuit_breaker]` is configured.
     breakers: Option<Mutex<HashMap<String, Breaker>>>,
     /// Rung by passive signals (a call that lost its connection) to probe now.
-    probe_now: HashMap<String, Arc<Notify>>,
+    probe_now: Mutex<HashMap<String, Arc<Notify>>>,
     /// The health version: bumped on every advertisability flip, while the lock that made the
     /// flip is still held, so whoever sees the new status also sees the new version.
     flips: watch::Sender<u64>,
@@ -124,13 +123,33 @@ pub struct Monitor {
 impl Monitor {
     pub fn new(cfg: HealthConfig, upstream: &Upstream) -> Arc<Self> {
         let now = Instant::now();
-        let names: Vec<String> = upstream.backends.iter().map(|b| b.name().to_string()).collect();
+        let names: Vec<String> = upstream.backends().iter().map(|b| b.name().to_string()).collect();
         let trackers = names.iter().map(|n| (n.clone(), Tracker::new(now))).collect();
         let breakers =
             cfg.circuit_breaker.map(|bc| Mutex::new(names.iter().map(|n| (n.clone(), Breaker::new(bc))).collect()));
         let probe_now = names.iter().map(|n| (n.clone(), Arc::new(Notify::new()))).collect();
         let (flips, _) = watch::channel(0);
-        Arc::new(Self { cfg, trackers: Mutex::new(trackers), breakers, probe_now, flips })
+        Arc::new(Self { cfg, trackers: Mutex::new(trackers), breakers, probe_now: Mutex::new(probe_now), flips })
+    }
+
+    /// Starts tracking `backend` afresh (a reload added or replaced it): unknown until probed.
+    pub fn add(&self, backend: &str) {
+        self.trackers.lock().expect("health lock").insert(backend.to_string(), Tracker::new(Instant::now()));
+        if let (Some(map), Some(bc)) = (&self.breakers, self.cfg.circuit_breaker) {
+            map.lock().expect("breaker lock").insert(backend.to_string(), Breaker::new(bc));
+        }
+        self.probe_now.lock().expect("probe lock").insert(backend.to_string(), Arc::new(Notify::new()));
+        self.flipped();
+    }
+
+    /// Stops tracking `backend` (a reload removed it).
+    pub fn remove(&self, backend: &str) {
+        self.trackers.lock().expect("health lock").remove(backend);
+        if let Some(map) = &self.breakers {
+            map.lock().expect("breaker lock").remove(backend);
+        }
+        self.probe_now.lock().expect("probe lock").remove(backend);
+        self.flipped();
     }
 
     fn flipped(&self) {
@@ -149,6 +168,11 @@ impl Monitor {
             Some(Err(until)) => Err(until.saturating_duration_since(now)),
             _ => Ok(()),
         }
+    }
+
+    /// Whether `backend`'s breaker is open; `None` without breakers.
+    pub fn breaker_open(&self, backend: &str) -> Option<bool> {
+        self.breaker(backend, |b| b.is_open())
     }
 
     /// When `backend` will next be tried, if its breaker is open.
@@ -171,7 +195,7 @@ impl Monitor {
         if flipped == Some(true) {
             tracing::warn!(backend, "circuit breaker opened");
         }
-        if let Some(n) = self.probe_now.get(backend) {
+        if let Some(n) = self.probe_now.lock().expect("probe lock").get(backend) {
             n.notify_one();
         }
     }
@@ -237,12 +261,8 @@ impl Monitor {
     }
 
     /// Probes `backend` every interval (and at once when its connection comes or goes).
-    pub async fn watch_backend(
-        self: Arc<Self>,
-        backend: Arc<Backend>,
-        mut link: watch::Receiver<u64>,
-        ct: CancellationToken,
-    ) {
+    pub async fn watch_backend(self: Arc<Self>, backend: Arc<Backend>, mut link: watch::Receiver<u64>) {
+        let ct = backend.retired().clone();
         if !self.enabled() {
             return;
         }
@@ -255,7 +275,7 @@ impl Monitor {
             }
         }
         let mut connected = backend.is_connected();
-        let probe_now = self.probe_now.get(backend.name()).cloned().unwrap_or_default();
+        let probe_now = self.probe_now.lock().expect("probe lock").get(backend.name()).cloned().unwrap_or_default();
         // A first connection that initialized and listed everything is a successful round trip:
         // it stands for the first probe, and the next one comes an interval later.
         let mut probed = connected;

@@ -63,6 +63,7 @@ pub fn router(
     let sessions = Arc::new(sessions);
     let mcp = StreamableHttpService::new(move || Ok(GatewayHandler::new(handler_gw.clone())), sessions.clone(), cfg);
     let ready_gw = gw.clone();
+    let status_gw = gw.clone();
     let edge = Arc::new(Edge {
         gw,
         sessions,
@@ -102,7 +103,17 @@ pub fn router(
             }
         }),
     );
-    let health = if auth.0.public_health { health } else { health.layer(checked) };
+    let health = if auth.0.public_health { health } else { health.layer(checked.clone()) };
+    // Backend names and errors: only for authenticated callers when authentication is on.
+    let status = Router::new()
+        .route(
+            "/status",
+            get(move || {
+                let gw = status_gw.clone();
+                async move { axum::Json(gw.status()) }
+            }),
+        )
+        .layer(checked);
     let metadata = get(move |headers: axum::http::HeaderMap| {
         let gate = gate.clone();
         async move { gate.metadata(&headers) }
@@ -110,6 +121,7 @@ pub fn router(
     Router::new()
         .nest_service(&server.path, mcp)
         .merge(health)
+        .merge(status)
         .route(auth::METADATA_PATH, metadata.clone())
         .route(&format!("{}{}", auth::METADATA_PATH, server.path), metadata)
 }

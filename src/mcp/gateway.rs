@@ -68,7 +68,8 @@ pub struct Gateway {
     pub store: Arc<Store>,
     pub upstream: Arc<Upstream>,
     pub health: Arc<Monitor>,
-    pub(crate) policy: Arc<dyn Policy>,
+    /// Replaced whole by a reload ([`Gateway::set_policy`]).
+    policy: arc_swap::ArcSwap<Arc<dyn Policy>>,
     pub relay: Arc<Hub>,
     /// Calls waiting for a session-less client's input (`rounds`).
     pub parked: Arc<Parked>,
@@ -81,6 +82,8 @@ pub struct Gateway {
     /// Scopes by caller, shared by all of that caller's sessions and stateless requests while
     /// current: a scope change derives each distinct caller's scope once, not once per session.
     scopes: Mutex<lru::LruCache<Caller, Arc<Snapshot>>>,
+    /// Bumped by every [`Gateway::set_policy`].
+    policy_version: AtomicU64,
     pub limits: Limits,
     pub max_query_chars: usize,
     pub local_caller: Caller,
@@ -91,6 +94,8 @@ pub struct Gateway {
     /// a stop waits for these, up to `server.shutdown_grace`.
     pub inflight: tokio_util::task::TaskTracker,
     pub counters: Counters,
+    /// Configuration reloads, for `/status`.
+    pub reloads: Mutex<super::status::ReloadLog>,
     ct: CancellationToken,
 }
 
@@ -105,12 +110,13 @@ impl Gateway {
             store: p.store,
             upstream: p.upstream,
             health: p.health,
-            policy: p.policy,
+            policy: arc_swap::ArcSwap::from_pointee(p.policy),
             relay: p.relay,
             parked: Arc::default(),
             sessions: Mutex::new(Vec::new()),
             epoch,
             notices: Notifier::new(p.notice_window),
+            policy_version: AtomicU64::new(0),
             scopes: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(CACHED_SCOPES).expect("a positive capacity"),
             )),
@@ -121,13 +127,14 @@ impl Gateway {
             draining: AtomicBool::new(false),
             inflight: tokio_util::task::TaskTracker::new(),
             counters: Counters::default(),
+            reloads: Mutex::default(),
             ct: p.ct,
         })
     }
 
     /// Whether `backend`'s tools are offered now.
     pub fn advertisable(&self, backend: &str) -> bool {
-        self.upstream.get(backend).is_some_and(|b| self.health.advertisable(b))
+        self.upstream.get(backend).is_some_and(|b| self.health.advertisable(&b))
     }
 
     /// The scope `caller` has now, derived once per caller and change (see `scopes`).
@@ -146,16 +153,41 @@ impl Gateway {
 
     fn derive_scope(&self, caller: &Caller) -> Snapshot {
         // Versions first: a change while the scope is built leaves it looking stale, never current.
-        let health_version = self.health.version();
+        let health_version = self.scope_version();
         let generation = self.store.current();
-        let mut snap = scope(generation, &|b| self.advertisable(b), self.policy.as_ref(), caller);
+        let policy = self.policy();
+        let mut snap = scope(generation, &|b| self.advertisable(b), policy.as_ref(), caller);
         snap.health_version = health_version;
         snap
     }
 
+    /// Rises with every health flip and policy change (both only rise, so the sum changes
+    /// whenever either does): a snapshot built at another version may be stale.
+    fn scope_version(&self) -> u64 {
+        self.health.version() + self.policy_version.load(Ordering::Acquire)
+    }
+
+    /// The policy in force now.
+    pub fn policy(&self) -> Arc<dyn Policy> {
+        self.policy.load().as_ref().clone()
+    }
+
+    /// Puts a new policy in force: every cached scope is dropped and every live session
+    /// re-derives its own, as on a health change (passthrough clients are told).
+    pub fn set_policy(&self, policy: Arc<dyn Policy>) {
+        // Stored under the cache lock: a derivation under way finishes with the old policy
+        // before the cache is cleared, and none after it can see the old one.
+        let mut cache = self.scopes.lock().expect("scopes lock");
+        self.policy.store(Arc::new(policy));
+        self.policy_version.fetch_add(1, Ordering::AcqRel);
+        cache.clear();
+        drop(cache);
+        self.scopes_changed();
+    }
+
     /// Whether `snap` was built over the current generation and health.
     pub fn is_current(&self, snap: &Snapshot) -> bool {
-        snap.health_version == self.health.version() && snap.generation.id == self.store.current().id
+        snap.health_version == self.scope_version() && snap.generation.id == self.store.current().id
     }
 
     /// The session's snapshot for one request, rebuilt first if the gateway has moved on.

@@ -60,13 +60,15 @@ impl GatewayHandler {
         }
     }
 
-    fn advertisable_backends(&self) -> impl Iterator<Item = &Arc<Backend>> {
-        self.gw.upstream.backends.iter().filter(|b| self.gw.advertisable(b.name()))
+    fn advertisable_backends(&self) -> impl Iterator<Item = Arc<Backend>> + '_ {
+        let backends = self.gw.upstream.backends();
+        (0..backends.len()).map(move |i| backends[i].clone()).filter(|b| self.gw.advertisable(b.name()))
     }
 
     /// Advertisable backends whose resources and prompts `caller` may use (the whole backend).
-    fn usable_backends<'a>(&'a self, caller: &'a Caller) -> impl Iterator<Item = &'a Arc<Backend>> + 'a {
-        self.advertisable_backends().filter(move |b| self.gw.policy.backend(caller, b.name()) == Access::All)
+    fn usable_backends<'a>(&'a self, caller: &'a Caller) -> impl Iterator<Item = Arc<Backend>> + 'a {
+        let policy = self.gw.policy();
+        self.advertisable_backends().filter(move |b| policy.backend(caller, b.name()) == Access::All)
     }
 
     /// The connection a request to `backend` travels on: this session's own upstream session
@@ -193,7 +195,7 @@ impl GatewayHandler {
                 Mode::Passthrough => Err(ErrorData::invalid_params(format!("tool not found: {name}"), None)),
             };
         };
-        let Some(backend) = self.gw.upstream.get(&tool.key.backend).cloned() else {
+        let Some(backend) = self.gw.upstream.get(&tool.key.backend) else {
             return Ok(meta::error_result(format!("tool not found: {name}")).into());
         };
         if let Err(retry) = self.gw.health.call_gate(backend.name()) {
@@ -511,7 +513,7 @@ impl ServerHandler for GatewayHandler {
         let Some(session) = self.session.get() else { return Ok(()) };
         session.level.set(request.level);
         if let Some(upstreams) = session.upstreams() {
-            let backends: Vec<_> = self.advertisable_backends().cloned().collect();
+            let backends: Vec<_> = self.advertisable_backends().collect();
             upstreams.set_level(request.level, &backends).await;
         }
         Ok(())
@@ -689,13 +691,10 @@ impl ServerHandler for GatewayHandler {
 impl GatewayHandler {
     /// The advertised backend serving `uri`: one that lists it, else one whose template fits it.
     fn resource_owner(&self, caller: &Caller, uri: &str) -> Option<Arc<Backend>> {
-        self.usable_backends(caller)
-            .find(|b| b.listing().resources.iter().any(|r| r.uri == uri))
-            .or_else(|| {
-                self.usable_backends(caller)
-                    .find(|b| b.listing().templates.iter().any(|t| template_matches(&t.uri_template, uri)))
-            })
-            .cloned()
+        self.usable_backends(caller).find(|b| b.listing().resources.iter().any(|r| r.uri == uri)).or_else(|| {
+            self.usable_backends(caller)
+                .find(|b| b.listing().templates.iter().any(|t| template_matches(&t.uri_template, uri)))
+        })
     }
 
     /// Exposed prompts with their backend and original name; named like tools.

@@ -6,6 +6,7 @@ pub mod handler;
 pub mod meta;
 pub mod relay;
 pub mod rounds;
+pub mod status;
 
 pub use gateway::Gateway;
 pub use handler::GatewayHandler;

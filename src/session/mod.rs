@@ -107,7 +107,7 @@ pub struct Snapshot {
     pub held_back: Option<AllowList>,
     /// Token weight of every allowed tool: find_tool's baseline.
     pub baseline_tokens: u64,
-    /// The health version this scope was built at (`Monitor::version`): with the generation's
+    /// The health and policy version this scope was built at (`Gateway::scope_version`): with the generation's
     /// id, it tells whether the snapshot is still current.
     pub health_version: u64,
 }

@@ -142,6 +142,13 @@ pub struct Backend {
     /// One HTTP client for the gateway's connection and every per-client session: building one
     /// loads the TLS roots, which costs tens of KiB and a millisecond or so each time.
     http: std::sync::OnceLock<reqwest::Client>,
+    /// Unique in the process: tells this backend from a later one of the same name.
+    pub(crate) instance: u64,
+    /// Cancelled when the gateway stops or a reload removes or replaces this backend: its
+    /// supervisor, health probes and per-client sessions end; calls under way finish.
+    retired: CancellationToken,
+    /// The last failed connection attempt, and when (for `/status`).
+    last_error: std::sync::Mutex<Option<(String, std::time::SystemTime)>>,
 }
 
 /// Follows a backend's redirect only when it keeps the message and the credentials where they
@@ -163,8 +170,16 @@ fn same_origin_redirects() -> reqwest::redirect::Policy {
 }
 
 impl Backend {
-    pub fn new(config: BackendConfig, changes: watch::Sender<u64>, relay: Arc<dyn client::Relay>) -> Arc<Self> {
+    fn new(
+        config: BackendConfig,
+        changes: watch::Sender<u64>,
+        relay: Arc<dyn client::Relay>,
+        retired: CancellationToken,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            instance: session::next_conn(),
+            retired,
+            last_error: Default::default(),
             shared: ArcSwapOption::empty(),
             instances: Arc::new(Semaphore::new(config.max_instances)),
             client_sessions: Default::default(),
@@ -257,7 +272,18 @@ impl Backend {
     }
 
     /// Connects and reconnects until `ct` is cancelled.
-    pub async fn supervise(self: Arc<Self>, ct: CancellationToken) {
+    /// The last failed connection attempt's error and when it happened.
+    pub fn last_error(&self) -> Option<(String, std::time::SystemTime)> {
+        self.last_error.lock().expect("last error").clone()
+    }
+
+    /// Cancelled when this backend is stopped, removed or replaced.
+    pub fn retired(&self) -> &CancellationToken {
+        &self.retired
+    }
+
+    pub async fn supervise(self: Arc<Self>) {
+        let ct = self.retired.clone();
         let mut backoff = BACKOFF_START;
         loop {
             let attempt = tokio::time::timeout(CONNECT_TIMEOUT, self.connect());
@@ -286,6 +312,8 @@ impl Backend {
                 }
                 Err(err) => {
                     let first = !self.tried.swap(true, Ordering::AcqRel);
+                    *self.last_error.lock().expect("last error") =
+                        Some((format!("{err:#}"), std::time::SystemTime::now()));
                     tracing::warn!(backend = self.name(), error = %format!("{err:#}"), retry_in = ?backoff, "backend unavailable");
                     if first {
                         self.bump();
@@ -660,21 +688,60 @@ async fn list_everything(peer: &Peer<RoleClient>) -> anyhow::Result<Listing> {
     Ok(Listing { tools, resources, templates, prompts })
 }
 
-/// Every configured backend.
+/// Every configured backend. The set changes only on a reload ([`Upstream::add`],
+/// [`Upstream::remove`]); readers take the set as it is at that moment.
 pub struct Upstream {
-    pub backends: Vec<Arc<Backend>>,
+    backends: ArcSwap<Vec<Arc<Backend>>>,
     changes: watch::Sender<u64>,
+    relay: Arc<dyn client::Relay>,
+    /// Cancelled when the gateway stops; every backend's `retired` is a child of it.
+    ct: CancellationToken,
+    /// Serialises changes to the set.
+    writer: std::sync::Mutex<()>,
 }
 
 impl Upstream {
-    pub fn new(configs: &[BackendConfig], relay: Arc<dyn client::Relay>) -> Self {
+    pub fn new(configs: &[BackendConfig], relay: Arc<dyn client::Relay>, ct: CancellationToken) -> Self {
         let (changes, _) = watch::channel(0);
-        let backends = configs.iter().map(|c| Backend::new(c.clone(), changes.clone(), relay.clone())).collect();
-        Self { backends, changes }
+        let backends =
+            configs.iter().map(|c| Backend::new(c.clone(), changes.clone(), relay.clone(), ct.child_token())).collect();
+        Self { backends: ArcSwap::from_pointee(backends), changes, relay, ct, writer: Default::default() }
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<Backend>> {
-        self.backends.iter().find(|b| b.name() == name)
+    /// The backends now, in configuration order.
+    pub fn backends(&self) -> Arc<Vec<Arc<Backend>>> {
+        self.backends.load_full()
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Backend>> {
+        self.backends.load().iter().find(|b| b.name() == name).cloned()
+    }
+
+    /// Adds a backend (replacing, and retiring, one of the same name) and returns it; its
+    /// supervisor is the caller's to start.
+    pub fn add(&self, config: BackendConfig) -> Arc<Backend> {
+        let _w = self.writer.lock().expect("upstream writer");
+        let backend = Backend::new(config, self.changes.clone(), self.relay.clone(), self.ct.child_token());
+        let mut next: Vec<Arc<Backend>> = self.backends.load().iter().cloned().collect();
+        match next.iter().position(|b| b.name() == backend.name()) {
+            Some(i) => std::mem::replace(&mut next[i], backend.clone()).retired.cancel(),
+            None => next.push(backend.clone()),
+        }
+        self.backends.store(Arc::new(next));
+        self.changes.send_modify(|v| *v += 1);
+        backend
+    }
+
+    /// Removes and retires a backend: no new request reaches it, calls under way finish.
+    pub fn remove(&self, name: &str) -> Option<Arc<Backend>> {
+        let _w = self.writer.lock().expect("upstream writer");
+        let mut next: Vec<Arc<Backend>> = self.backends.load().iter().cloned().collect();
+        let i = next.iter().position(|b| b.name() == name)?;
+        let gone = next.remove(i);
+        self.backends.store(Arc::new(next));
+        gone.retired.cancel();
+        self.changes.send_modify(|v| *v += 1);
+        Some(gone)
     }
 
     /// Ticks whenever any backend's listing or connection changes.
@@ -683,7 +750,7 @@ impl Upstream {
     }
 
     pub fn all_tried(&self) -> bool {
-        self.backends.iter().all(|b| b.was_tried())
+        self.backends.load().iter().all(|b| b.was_tried())
     }
 }
 

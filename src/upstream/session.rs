@@ -55,6 +55,8 @@ pub(super) struct Conn {
     pub(super) peer: Arc<rmcp::service::Peer<rmcp::service::RoleClient>>,
     /// Closed (cancelled) when the session is lost or closed.
     pub(super) closed: CancellationToken,
+    /// The [`Backend::instance`] it was opened to.
+    backend: u64,
     /// When it was last used, and how many requests use it now.
     last_used: Mutex<Instant>,
     busy: AtomicUsize,
@@ -104,7 +106,8 @@ impl ClientUpstreams {
         }
         let slot = self.slots.lock().expect("slots lock").entry(backend.name().to_string()).or_default().clone();
         let mut slot = slot.lock().await;
-        if let Some(conn) = slot.as_ref().filter(|c| !c.closed.is_cancelled()) {
+        // A session opened to a backend that a reload has since replaced is not reused.
+        if let Some(conn) = slot.as_ref().filter(|c| !c.closed.is_cancelled() && c.backend == backend.instance) {
             return Ok(Link::own(conn));
         }
         let conn = self.open(backend).await?;
@@ -145,6 +148,7 @@ impl ClientUpstreams {
             id,
             peer: peer.clone(),
             closed: CancellationToken::new(),
+            backend: backend.instance,
             last_used: Mutex::new(Instant::now()),
             busy: AtomicUsize::new(0),
         });
@@ -211,6 +215,7 @@ impl Keeper {
             let wake = self.conn.idle_at(self.idle).unwrap_or_else(|| Instant::now() + self.idle);
             tokio::select! {
                 _ = self.ct.cancelled() => break "the client session ended",
+                _ = self.backend.retired().cancelled() => break "the backend was removed or replaced",
                 _ = self.conn.closed.cancelled() => break "a request saw it fail",
                 _ = &mut waiting => {
                     ended = true;

@@ -173,12 +173,17 @@ pub async fn client(app: &App) -> (Client, Recorder) {
 /// `[auth]` with static bearer tokens, one principal each (named like its token), and a policy
 /// that lets each of them use every backend.
 pub fn bearer_auth(tokens: &[&str]) -> String {
+    bearer_tokens(tokens) + "[[policy]]\nprincipals = [\"*\"]\nbackends = [\"*\"]\n"
+}
+
+/// `[auth]` with static bearer tokens, one principal each (named like its token), no policy.
+pub fn bearer_tokens(tokens: &[&str]) -> String {
     let mut toml = String::from("[auth]\nmode = \"bearer\"\n");
     for t in tokens {
         let digest = toolmux::embed::files::hex(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
         toml += &format!("[[auth.tokens]]\nprincipal = \"{t}\"\nsha256 = \"{digest}\"\n");
     }
-    toml + "[[policy]]\nprincipals = [\"*\"]\nbackends = [\"*\"]\n"
+    toml
 }
 
 pub async fn client_with_auth(app: &App, token: Option<&str>) -> (Client, Recorder) {

@@ -6,6 +6,8 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
 
+use toolmux::app::EmbedderChoice;
+
 use crate::harness::*;
 
 /// A running `toolmux serve` child and the URL it printed.
@@ -17,8 +19,13 @@ struct Served {
 
 impl Served {
     async fn start(config: &std::path::Path) -> Self {
+        Self::start_with(config, &[]).await
+    }
+
+    async fn start_with(config: &std::path::Path, extra: &[&str]) -> Self {
         let mut child = tokio::process::Command::new(BIN)
             .args(["serve", "--config", config.to_str().unwrap()])
+            .args(extra)
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -46,6 +53,10 @@ impl Served {
             Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
             Err(_) => (0, String::new()),
         }
+    }
+
+    async fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.get("/status").await.1).unwrap_or_default()
     }
 
     fn signal(&self, sig: nix::sys::signal::Signal) {
@@ -106,4 +117,167 @@ async fn sigterm_drains_running_calls_and_ends_every_child() {
     let status = tokio::time::timeout(Duration::from_secs(20), served.child.wait()).await.expect("it exits").unwrap();
     assert_eq!(status.code(), Some(0), "a graceful stop exits 0");
     assert!(eventually(Duration::from_secs(5), || async { !alive(grandchild) }).await, "the backend's child was ended");
+}
+
+/// A reload under open sessions: `keep` stays, `gone` is removed, `moved` changes to another
+/// server, `new` is added, and bob's policy grows to take in `new`. Each session sees the new
+/// set without reconnecting (passthrough: told by `tools/list_changed`), calls to what was
+/// removed fail like unknown names, and only the new tools' texts are embedded.
+#[tokio::test]
+async fn reload_adds_removes_and_changes_backends_under_open_sessions() {
+    for mode in ["passthrough", "optimizer"] {
+        let (echo, kit, github, slack) = (
+            http_backend("echo").await,
+            http_backend("testkit").await,
+            http_backend("github").await,
+            http_backend("slack").await,
+        );
+        let cache = tempfile::tempdir().unwrap();
+        let head = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n\
+             [health]\ninterval = \"1s\"\n[optimizer]\ncache_dir = {:?}\n{}\
+             [[policy]]\nprincipals = [\"alice\"]\nbackends = [\"*\"]\n",
+            cache.path().display().to_string(),
+            bearer_tokens(&["alice", "bob"]),
+        );
+        let bob_before = "[[policy]]\nprincipals = [\"bob\"]\nbackends = [\"keep\", \"moved\"]\n";
+        let bob_after = "[[policy]]\nprincipals = [\"bob\"]\nbackends = [\"keep\", \"moved\", \"new\"]\n";
+        let before = format!(
+            "{head}{bob_before}{}{}{}",
+            http_backend_toml("keep", &echo.url),
+            http_backend_toml("gone", &kit.url),
+            http_backend_toml("moved", &kit.url),
+        );
+        let after = format!(
+            "{head}{bob_after}{}{}{}",
+            http_backend_toml("keep", &echo.url),
+            http_backend_toml("moved", &github.url),
+            http_backend_toml("new", &slack.url),
+        );
+        let embedder = if mode == "optimizer" { EmbedderChoice::Given(model()) } else { EmbedderChoice::None };
+        let app = gateway(&before, embedder).await;
+        let (alice, alice_told) = client_with_auth(&app, Some("alice")).await;
+        let (bob, _) = client_with_auth(&app, Some("bob")).await;
+        let embedded = || app.gateway.store.counters.texts_embedded.load(std::sync::atomic::Ordering::Relaxed);
+        let embedded_before = embedded();
+
+        let done = app.reload(toolmux::config::Config::parse(&after).unwrap());
+        assert_eq!(done.added, ["new"], "{done}");
+        assert_eq!(done.removed, ["gone"], "{done}");
+        assert_eq!(done.changed, ["moved"], "{done}");
+        assert!(done.policy && done.needs_restart.is_empty(), "{done}");
+
+        assert!(
+            eventually(Duration::from_secs(20), || async {
+                let n = names(&alice, mode).await;
+                n.iter().any(|t| t == "new_send_message")
+                    && n.iter().any(|t| t == "moved_create_pull_request")
+                    && !n.iter().any(|t| t.starts_with("gone_") || t == "moved_sleep")
+            })
+            .await,
+            "{mode}: alice sees the new set: {:?}",
+            names(&alice, mode).await
+        );
+        let bob_sees = names(&bob, mode).await;
+        assert!(bob_sees.iter().any(|t| t == "new_send_message"), "{mode}: bob's grown policy: {bob_sees:?}");
+        assert!(bob_sees.iter().any(|t| t == "keep_echo"), "{mode}: unchanged backends stay: {bob_sees:?}");
+        if mode == "passthrough" {
+            let told = || alice_told.tools_changed.load(std::sync::atomic::Ordering::SeqCst) > 0;
+            assert!(eventually(Duration::from_secs(20), || async { told() }).await, "list_changed sent");
+        }
+        // A removed backend's tool is unknown now; a new one answers.
+        let gone = call_named(&alice, mode, "gone_echo", json!({"input": "x"})).await;
+        assert!(gone.contains("not found"), "{mode}: {gone}");
+        let sent = call_named(&bob, mode, "new_send_message", json!({"channel": "#ops", "text": "hi"})).await;
+        assert!(!sent.contains("not found"), "{mode}: {sent}");
+        if mode == "optimizer" {
+            let store = app.gateway.store.current();
+            let fresh =
+                store.catalog.tools().iter().filter(|t| ["moved", "new"].contains(&t.key.backend.as_ref())).count();
+            assert_eq!(embedded() - embedded_before, fresh as u64, "only the new tools' texts were embedded");
+        }
+        alice.cancel().await.unwrap();
+        bob.cancel().await.unwrap();
+        app.shutdown().await;
+    }
+}
+
+/// What `c` can use: the listed tools (passthrough) or what find_tool returns for a broad
+/// query (optimizer, asking for every tool).
+async fn names(c: &Client, mode: &str) -> Vec<String> {
+    if mode == "passthrough" {
+        return c.list_all_tools().await.unwrap().iter().map(|t| t.name.to_string()).collect();
+    }
+    let mut all = Vec::new();
+    for q in ["send a chat message to a channel", "create a pull request", "echo back a message", "sleep for a while"] {
+        all.extend(found(&call(c, "find_tool", json!({"tool_description": q})).await));
+    }
+    all
+}
+
+/// Calls `tool` directly (passthrough) or through call_tool (optimizer); the answer's text, or
+/// the error's message.
+async fn call_named(c: &Client, mode: &str, tool: &str, args: serde_json::Value) -> String {
+    if mode == "optimizer" {
+        return text(&call(c, "call_tool", json!({"tool_name": tool, "parameters": args})).await);
+    }
+    let params =
+        rmcp::model::CallToolRequestParams::new(tool.to_string()).with_arguments(args.as_object().unwrap().clone());
+    match c.call_tool(params).await {
+        Ok(r) => text(&r),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// `serve --watch`: an invalid file is refused with check-config's errors while the running
+/// configuration keeps serving; a valid one is applied; `toolmux status` shows both.
+#[tokio::test]
+async fn watch_refuses_an_invalid_file_and_applies_a_valid_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    let head = "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n";
+    std::fs::write(&config, format!("{head}{}", stdio_backend_toml("kit", "testkit"))).unwrap();
+    let served = Served::start_with(&config, &["--watch"]).await;
+    let session = RawSession::open_url(&served.url).await;
+    let listed = |names: Vec<&'static str>| {
+        let session = &session;
+        async move {
+            let tools = session.request("tools/list", json!({})).await;
+            let tools: Vec<String> =
+                tools["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+            names.iter().all(|n| tools.iter().any(|t| t == n))
+        }
+    };
+    assert!(listed(vec!["kit_echo"]).await);
+
+    std::fs::write(&config, format!("{head}[[backends]]\nname = \"more\"\n")).unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || async { served.status().await["reload"]["last_error"].is_string() })
+            .await,
+        "the invalid file is refused: {}",
+        served.status().await
+    );
+    let error = served.status().await["reload"]["last_error"].as_str().unwrap().to_string();
+    assert!(error.contains("backends[1]") || error.contains("url"), "names the key: {error}");
+    assert!(listed(vec!["kit_echo"]).await, "the running configuration keeps serving");
+
+    std::fs::write(
+        &config,
+        format!("{head}{}{}", stdio_backend_toml("kit", "testkit"), stdio_backend_toml("more", "echo")),
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || async { listed(vec!["kit_echo", "more_echo"]).await }).await,
+        "the added backend's tools are served: {}",
+        served.status().await
+    );
+    let status = served.status().await;
+    assert_eq!(status["reload"]["applied"], 1, "{status}");
+    assert!(status["reload"]["last_error"].is_null(), "{status}");
+
+    let out = std::process::Command::new(BIN).args(["status", "--url", &served.base]).output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("more ") && l.contains("stdio")), "{table}");
+    assert!(table.contains("last reload: added more"), "{table}");
 }

@@ -185,7 +185,8 @@ async fn gateway(names: &[String], catalog: Catalog, policy: Arc<dyn Policy>) ->
             toolmux::config::Config::parse(&toml).unwrap().backends.remove(0)
         })
         .collect();
-    let upstream = Arc::new(toolmux::upstream::Upstream::new(&configs, Arc::new(toolmux::upstream::NoRelay)));
+    let upstream =
+        Arc::new(toolmux::upstream::Upstream::new(&configs, Arc::new(toolmux::upstream::NoRelay), Default::default()));
     let health = toolmux::health::Monitor::new(Default::default(), &upstream);
     for n in names {
         // A first success makes a backend healthy; three failures (below) make it unhealthy.

@@ -1,0 +1,125 @@
+//! Live reload: a new configuration applied to a running gateway without dropping a session.
+//!
+//! Backends are compared by name: an added one is connected, a removed one retired (no new
+//! request reaches it; calls under way finish), a changed one replaced by a fresh connection
+//! under the same name. The catalog task rebuilds the catalog from the new set (vectors of
+//! unchanged tools come from the vector cache, so only new text is embedded) and every session
+//! re-derives its scope. A changed `[[policy]]` is put in force at once. Sections that shape
+//! the running process (listener, mode, model, health, naming, authentication) are reported as
+//! needing a restart and keep their running values.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::App;
+use crate::config::Config;
+use crate::session::Policy;
+
+/// What a reload did.
+#[derive(Debug, Default, Clone, PartialEq, Serialize)]
+pub struct Reloaded {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+    /// Whether `[[policy]]` changed (every session's scope was re-derived).
+    pub policy: bool,
+    /// Sections that changed but take effect only after a restart.
+    pub needs_restart: Vec<&'static str>,
+}
+
+impl Reloaded {
+    pub fn is_empty(&self) -> bool {
+        *self == Reloaded::default()
+    }
+}
+
+impl std::fmt::Display for Reloaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_empty() {
+            return write!(f, "nothing changed");
+        }
+        let mut parts = Vec::new();
+        for (what, names) in [("added", &self.added), ("removed", &self.removed), ("changed", &self.changed)] {
+            if !names.is_empty() {
+                parts.push(format!("{what} {}", names.join(", ")));
+            }
+        }
+        if self.policy {
+            parts.push("policy changed".into());
+        }
+        if !self.needs_restart.is_empty() {
+            parts.push(format!("needs a restart to apply: {}", self.needs_restart.join(", ")));
+        }
+        write!(f, "{}", parts.join("; "))
+    }
+}
+
+impl App {
+    /// Applies `next` (already validated: [`Config::load`] or [`Config::parse`]).
+    pub fn reload(&self, mut next: Config) -> Reloaded {
+        let mut running = self.config.lock().expect("config lock");
+        let mut done = Reloaded::default();
+        let gw = &self.gateway;
+
+        for old in &running.backends {
+            if !next.backends.iter().any(|b| b.name == old.name) {
+                gw.upstream.remove(&old.name);
+                gw.health.remove(&old.name);
+                done.removed.push(old.name.clone());
+            }
+        }
+        for new in &next.backends {
+            match running.backends.iter().find(|b| b.name == new.name) {
+                Some(old) if old == new => continue,
+                Some(_) => done.changed.push(new.name.clone()),
+                None => done.added.push(new.name.clone()),
+            }
+            // Health first: the new connection is unknown until it has answered.
+            gw.health.add(&new.name);
+            let backend = gw.upstream.add(new.clone());
+            self.start_backend(backend);
+        }
+
+        if next.policy != running.policy && self.policy_from_config {
+            let rules = crate::auth::policy::Rules::new(&next.policy, self.auth_required);
+            gw.set_policy(Arc::new(rules) as Arc<dyn Policy>);
+            done.policy = true;
+        }
+
+        // What cannot change live keeps its running value, so it is reported until a restart.
+        macro_rules! restart_only {
+            ($($field:ident => $key:literal),* $(,)?) => {$(
+                if next.$field != running.$field {
+                    done.needs_restart.push($key);
+                    next.$field = running.$field.clone();
+                }
+            )*};
+        }
+        restart_only!(
+            server => "[server]",
+            optimizer => "[optimizer]",
+            health => "[health]",
+            aggregation => "[aggregation]",
+            auth => "[auth]",
+        );
+        *running = next;
+        let mut log = self.gateway.reloads.lock().expect("reload log");
+        log.applied += 1;
+        log.last = Some(done.to_string());
+        log.last_error = None;
+        log.at = Some(unix_now());
+        done
+    }
+
+    /// Records a reload refused because the new configuration is invalid.
+    pub fn reload_refused(&self, why: String) {
+        let mut log = self.gateway.reloads.lock().expect("reload log");
+        log.last_error = Some(why);
+        log.at = Some(unix_now());
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}

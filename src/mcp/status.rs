@@ -1,0 +1,200 @@
+//! What the gateway is doing now, for operators: `GET /status` and `toolmux status`.
+
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use super::Gateway;
+use crate::config::Transport;
+
+/// The outcome of the last configuration reload.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ReloadLog {
+    /// Reloads applied since start.
+    pub applied: u64,
+    /// What the last applied reload did.
+    pub last: Option<String>,
+    /// Why the last refused reload was refused; cleared by the next applied one.
+    pub last_error: Option<String>,
+    /// Seconds since the Unix epoch of the last attempt.
+    pub at: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub version: &'static str,
+    pub mode: String,
+    pub ready: bool,
+    pub stopping: bool,
+    pub catalog: CatalogStatus,
+    pub backends: Vec<BackendStatus>,
+    pub sessions: SessionStatus,
+    pub embedder: EmbedderStatus,
+    pub reload: ReloadLog,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CatalogStatus {
+    pub generation: u64,
+    pub tools: usize,
+    /// `hybrid` (semantic and keyword) or `keyword` (no vectors in this generation).
+    pub search: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BackendStatus {
+    pub name: String,
+    pub transport: &'static str,
+    pub connected: bool,
+    /// `unknown`, `healthy`, `degraded`, `unhealthy` (`unmonitored` with health checks off).
+    pub health: String,
+    pub health_since_secs: Option<u64>,
+    /// `closed`, `open` or `none` (no breaker configured).
+    pub breaker: &'static str,
+    pub breaker_retry_in_secs: Option<u64>,
+    pub tools: usize,
+    pub client_sessions: usize,
+    pub last_error: Option<String>,
+    pub last_error_secs_ago: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SessionStatus {
+    pub live: usize,
+    pub mode: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EmbedderStatus {
+    /// The model id, or `None` when search is keyword-only by configuration.
+    pub model: Option<String>,
+    /// `ok`, `failed` (the current generation has no vectors: retried with backoff) or `none`.
+    pub state: &'static str,
+}
+
+impl Gateway {
+    pub fn status(&self) -> Status {
+        let generation = self.store.current();
+        let mode = format!("{:?}", self.mode).to_lowercase();
+        let backends = self
+            .upstream
+            .backends()
+            .iter()
+            .map(|b| {
+                let health = self.health.health(b.name());
+                let (breaker, retry) = match self.health.breaker_open(b.name()) {
+                    None => ("none", None),
+                    Some(false) => ("closed", None),
+                    Some(true) => ("open", self.health.retry_in(b.name()).map(|d| d.as_secs())),
+                };
+                let last_error = b.last_error();
+                BackendStatus {
+                    name: b.name().to_string(),
+                    transport: match b.config.transport {
+                        Transport::Http { .. } => "http",
+                        Transport::Stdio { .. } => "stdio",
+                    },
+                    connected: b.is_connected(),
+                    health: match (&health, self.health.enabled()) {
+                        (_, false) => "unmonitored".into(),
+                        (Some(h), true) => format!("{:?}", h.status).to_lowercase(),
+                        (None, true) => "unknown".into(),
+                    },
+                    health_since_secs: health.map(|h| h.since_secs),
+                    breaker,
+                    breaker_retry_in_secs: retry,
+                    tools: b.listing().tools.len(),
+                    client_sessions: b.client_sessions(),
+                    last_error_secs_ago: last_error
+                        .as_ref()
+                        .and_then(|(_, at)| SystemTime::now().duration_since(*at).ok())
+                        .map(|d| d.as_secs()),
+                    last_error: last_error.map(|(e, _)| e),
+                }
+            })
+            .collect();
+        let embedder = match self.store.embedder() {
+            None => EmbedderStatus { model: None, state: "none" },
+            Some(e) => EmbedderStatus {
+                model: Some(e.model_id().to_string()),
+                state: if generation.dense.is_some() || generation.catalog.is_empty() { "ok" } else { "failed" },
+            },
+        };
+        Status {
+            version: env!("CARGO_PKG_VERSION"),
+            mode: mode.clone(),
+            ready: self.is_ready(),
+            stopping: self.is_draining(),
+            catalog: CatalogStatus {
+                generation: generation.id,
+                tools: generation.catalog.len(),
+                search: if generation.dense.is_some() { "hybrid" } else { "keyword" },
+            },
+            backends,
+            sessions: SessionStatus { live: self.session_count(), mode },
+            embedder,
+            reload: self.reloads.lock().expect("reload log").clone(),
+        }
+    }
+}
+
+/// `/status` as a table for a terminal.
+pub fn table(s: &serde_json::Value) -> String {
+    use std::fmt::Write;
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let mut out = String::new();
+    let state = if s["stopping"] == true {
+        "stopping"
+    } else if s["ready"] == true {
+        "ready"
+    } else {
+        "starting"
+    };
+    let _ = writeln!(
+        out,
+        "toolmux {} ({} mode): {state}; catalog generation {}, {} tools, {} search; {} live sessions; embedder {}",
+        text(&s["version"]),
+        text(&s["mode"]),
+        text(&s["catalog"]["generation"]),
+        text(&s["catalog"]["tools"]),
+        text(&s["catalog"]["search"]),
+        text(&s["sessions"]["live"]),
+        text(&s["embedder"]["state"]),
+    );
+    let header = ["BACKEND", "TRANSPORT", "CONNECTED", "HEALTH", "SINCE", "BREAKER", "TOOLS", "SESSIONS", "LAST ERROR"];
+    let mut rows = vec![header.map(String::from).to_vec()];
+    for b in s["backends"].as_array().into_iter().flatten() {
+        let since = b["health_since_secs"].as_u64().map_or("-".into(), |n| format!("{n}s"));
+        let error = match (b["last_error"].as_str(), b["last_error_secs_ago"].as_u64()) {
+            (Some(e), Some(ago)) => format!("{ago}s ago: {e}"),
+            _ => "-".into(),
+        };
+        rows.push(vec![
+            text(&b["name"]),
+            text(&b["transport"]),
+            text(&b["connected"]),
+            text(&b["health"]),
+            since,
+            text(&b["breaker"]),
+            text(&b["tools"]),
+            text(&b["client_sessions"]),
+            error,
+        ]);
+    }
+    let widths: Vec<usize> =
+        (0..header.len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    for r in &rows {
+        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    if let Some(e) = s["reload"]["last_error"].as_str() {
+        let _ = writeln!(out, "last reload refused: {e}");
+    } else if let Some(l) = s["reload"]["last"].as_str() {
+        let _ = writeln!(out, "last reload: {l}");
+    }
+    out
+}
