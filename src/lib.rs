@@ -34,6 +34,7 @@ pub mod health;
 pub mod http;
 pub mod index;
 pub mod mcp;
+pub mod metrics;
 pub mod session;
 pub mod simd;
 pub mod store;

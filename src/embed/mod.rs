@@ -33,6 +33,10 @@ pub trait Embedder: Send + Sync + 'static {
     fn dim(&self) -> usize;
     /// One vector per text, in order.
     fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>>;
+    /// Jobs waiting for the model now.
+    fn queue_depth(&self) -> usize {
+        0
+    }
 }
 
 /// Scales a vector to unit length (a zero vector stays zero).

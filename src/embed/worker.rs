@@ -58,6 +58,10 @@ impl Embedder for ModelEmbedder {
         self.dim
     }
 
+    fn queue_depth(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+
     fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
         Box::pin(async move {
             if self.failing.load(Ordering::Relaxed) {

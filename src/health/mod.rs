@@ -118,6 +118,8 @@ pub struct Monitor {
     /// The health version: bumped on every advertisability flip, while the lock that made the
     /// flip is still held, so whoever sees the new status also sees the new version.
     flips: watch::Sender<u64>,
+    /// Health state changes (first verdicts included), for metrics.
+    pub transitions: std::sync::atomic::AtomicU64,
 }
 
 impl Monitor {
@@ -129,7 +131,14 @@ impl Monitor {
             cfg.circuit_breaker.map(|bc| Mutex::new(names.iter().map(|n| (n.clone(), Breaker::new(bc))).collect()));
         let probe_now = names.iter().map(|n| (n.clone(), Arc::new(Notify::new()))).collect();
         let (flips, _) = watch::channel(0);
-        Arc::new(Self { cfg, trackers: Mutex::new(trackers), breakers, probe_now: Mutex::new(probe_now), flips })
+        Arc::new(Self {
+            cfg,
+            trackers: Mutex::new(trackers),
+            breakers,
+            probe_now: Mutex::new(probe_now),
+            flips,
+            transitions: Default::default(),
+        })
     }
 
     /// Starts tracking `backend` afresh (a reload added or replaced it): unknown until probed.
@@ -248,6 +257,7 @@ impl Monitor {
         let t = map.entry(backend.to_string()).or_insert_with(|| Tracker::new(Instant::now()));
         let (before, was) = (t.status.advertisable(), t.status);
         if t.observe(outcome, &self.cfg, Instant::now()) {
+            self.transitions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             // A first verdict is routine (every backend gets one at start-up); a change is news.
             if was == Status::Unknown {
                 tracing::debug!(backend, status = ?t.status, "backend health known");

@@ -103,6 +103,16 @@ pub fn router(
             }
         }),
     );
+    let metrics_gw = status_gw.clone();
+    let health = health.route(
+        "/metrics",
+        get(move || {
+            let gw = metrics_gw.clone();
+            async move {
+                ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], gw.render_metrics())
+            }
+        }),
+    );
     let health = if auth.0.public_health { health } else { health.layer(checked.clone()) };
     // Backend names and errors: only for authenticated callers when authentication is on.
     let status = Router::new()

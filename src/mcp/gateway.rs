@@ -94,6 +94,7 @@ pub struct Gateway {
     /// a stop waits for these, up to `server.shutdown_grace`.
     pub inflight: tokio_util::task::TaskTracker,
     pub counters: Counters,
+    pub metrics: crate::metrics::Metrics,
     /// Configuration reloads, for `/status`.
     pub reloads: Mutex<super::status::ReloadLog>,
     ct: CancellationToken,
@@ -128,6 +129,7 @@ impl Gateway {
             inflight: tokio_util::task::TaskTracker::new(),
             counters: Counters::default(),
             reloads: Mutex::default(),
+            metrics: crate::metrics::Metrics::new(),
             ct: p.ct,
         })
     }

@@ -105,6 +105,7 @@ impl GatewayHandler {
         let n = self.gw.max_tools;
         let generation = &snap.generation;
         let result = self.gw.store.search(generation, &snap.allow, &query, n, Ranker::Fused).await;
+        self.gw.metrics.find_tool(&result);
         let tools: Vec<&Tool> = result.hits.iter().map(|h| &generation.catalog.tools()[h.slot as usize].tool).collect();
         let returned: u64 = result.hits.iter().map(|h| generation.catalog.tools()[h.slot as usize].tokens).sum();
         let unavailable = self.unavailable(snap, &query, &result.hits).await;
@@ -159,6 +160,18 @@ impl GatewayHandler {
     }
 
     /// A tool error in optimizer mode; a JSON-RPC invalid-params error in passthrough mode.
+    /// Runs one MCP request's handling and counts it in the metrics by method and outcome.
+    async fn measured<T>(
+        &self,
+        method: &'static str,
+        handling: impl std::future::Future<Output = Result<T, ErrorData>>,
+    ) -> Result<T, ErrorData> {
+        let at = std::time::Instant::now();
+        let result = handling.await;
+        self.gw.metrics.request(method, result.is_ok(), at.elapsed());
+        result
+    }
+
     fn refuse(&self, message: String) -> Result<CallToolResponse, ErrorData> {
         match self.gw.mode {
             Mode::Optimizer => Ok(meta::error_result(message).into()),
@@ -199,6 +212,7 @@ impl GatewayHandler {
             return Ok(meta::error_result(format!("tool not found: {name}")).into());
         };
         if let Err(retry) = self.gw.health.call_gate(backend.name()) {
+            self.gw.metrics.tool_call(backend.name(), "breaker_open", std::time::Duration::ZERO);
             return Ok(meta::error_result(format!(
                 "backend `{}` is unavailable: its circuit breaker opened after repeated failures; it will be retried in {} s. Use another tool or try again later.",
                 backend.name(),
@@ -258,6 +272,7 @@ impl GatewayHandler {
             waiting: Default::default(),
             ct: self.gw.call_token(),
             rounds: 0,
+            started: std::time::Instant::now(),
         };
         call.start();
         self.drive(call, ctx).await
@@ -305,6 +320,17 @@ impl GatewayHandler {
         // rmcp hands notifications to spawned tasks, so the last ones can trail the response by
         // a scheduling step: let them land, and pass them on before the result.
         settle(&mut call.relayed, &ctx.peer).await;
+        let label = match &outcome {
+            Ok(Answer::Complete(r)) if r.is_error == Some(true) => "is_error",
+            Ok(_) => "ok",
+            Err(CallError::Timeout { .. }) => "timeout",
+            Err(CallError::Cancelled) => "cancelled",
+            Err(CallError::NotConnected { .. } | CallError::AtCapacity { .. } | CallError::SessionFailed { .. }) => {
+                "unavailable"
+            }
+            Err(CallError::ConnectionLost { .. } | CallError::Remote { .. }) => "error",
+        };
+        self.gw.metrics.tool_call(call.backend.name(), label, call.started.elapsed());
         match outcome {
             Ok(Answer::Complete(r)) => Ok(r.completed().into()),
             // A 2026-07-28 backend's own round, for a client that speaks it: unchanged.
@@ -453,10 +479,13 @@ impl ServerHandler for GatewayHandler {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        context.peer.set_peer_info(request.clone());
-        let session = self.gw.open_session(self.caller_of(&context), Some(context.peer.clone()));
-        let _ = self.session.set(session);
-        self.negotiate_initialize(&request)
+        self.measured("initialize", async {
+            context.peer.set_peer_info(request.clone());
+            let session = self.gw.open_session(self.caller_of(&context), Some(context.peer.clone()));
+            let _ = self.session.set(session);
+            self.negotiate_initialize(&request)
+        })
+        .await
     }
 
     async fn list_tools(
@@ -464,11 +493,14 @@ impl ServerHandler for GatewayHandler {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = match self.gw.mode {
-            Mode::Optimizer => vec![meta::find_tool(self.gw.find_tool_description.as_deref()), meta::call_tool()],
-            Mode::Passthrough => self.snapshot(&context).tools().map(|t| t.tool.clone()).collect(),
-        };
-        Ok(ListToolsResult::with_all_items(tools))
+        self.measured("tools/list", async {
+            let tools = match self.gw.mode {
+                Mode::Optimizer => vec![meta::find_tool(self.gw.find_tool_description.as_deref()), meta::call_tool()],
+                Mode::Passthrough => self.snapshot(&context).tools().map(|t| t.tool.clone()).collect(),
+            };
+            Ok(ListToolsResult::with_all_items(tools))
+        })
+        .await
     }
 
     async fn call_tool(
@@ -476,6 +508,7 @@ impl ServerHandler for GatewayHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        self.measured("tools/call", async {
         let snap = self.snapshot(&context);
         let result = match self.gw.mode {
             Mode::Passthrough => {
@@ -501,6 +534,8 @@ impl ServerHandler for GatewayHandler {
             },
         };
         Ok(result.completed().into())
+        })
+        .await
     }
 
     /// This session's level: log messages below it are not passed on, and its own upstream
@@ -510,13 +545,16 @@ impl ServerHandler for GatewayHandler {
         request: SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let Some(session) = self.session.get() else { return Ok(()) };
-        session.level.set(request.level);
-        if let Some(upstreams) = session.upstreams() {
-            let backends: Vec<_> = self.advertisable_backends().collect();
-            upstreams.set_level(request.level, &backends).await;
-        }
-        Ok(())
+        self.measured("logging/setLevel", async {
+            let Some(session) = self.session.get() else { return Ok(()) };
+            session.level.set(request.level);
+            if let Some(upstreams) = session.upstreams() {
+                let backends: Vec<_> = self.advertisable_backends().collect();
+                upstreams.set_level(request.level, &backends).await;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn complete(
@@ -524,22 +562,25 @@ impl ServerHandler for GatewayHandler {
         mut request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let caller = self.caller(&context);
-        let owner = match &mut request.r#ref {
-            Reference::Prompt(p) => {
-                self.prompts(&caller).into_iter().find(|(e, _, _)| e.name == p.name).map(|(_, b, original)| {
-                    p.name = original;
-                    b
-                })
-            }
-            Reference::Resource(r) => self.resource_owner(&caller, &r.uri.clone()),
-            _ => None,
-        };
-        let Some(backend) = owner else {
-            return Ok(CompleteResult::new(CompletionInfo::default()));
-        };
-        let link = self.link(&backend).await.map_err(wire_error)?;
-        backend.complete(&link, request, &context.ct).await.map(Completed::completed).map_err(wire_error)
+        self.measured("completion/complete", async {
+            let caller = self.caller(&context);
+            let owner = match &mut request.r#ref {
+                Reference::Prompt(p) => {
+                    self.prompts(&caller).into_iter().find(|(e, _, _)| e.name == p.name).map(|(_, b, original)| {
+                        p.name = original;
+                        b
+                    })
+                }
+                Reference::Resource(r) => self.resource_owner(&caller, &r.uri.clone()),
+                _ => None,
+            };
+            let Some(backend) = owner else {
+                return Ok(CompleteResult::new(CompletionInfo::default()));
+            };
+            let link = self.link(&backend).await.map_err(wire_error)?;
+            backend.complete(&link, request, &context.ct).await.map(Completed::completed).map_err(wire_error)
+        })
+        .await
     }
 
     async fn subscribe(
@@ -547,17 +588,20 @@ impl ServerHandler for GatewayHandler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let Some(backend) = self.resource_owner(&self.caller(&context), &request.uri) else {
-            return Err(ErrorData::resource_not_found(format!("resource not found: {}", request.uri), None));
-        };
-        let uri = request.uri.clone();
-        let link = self.link(&backend).await.map_err(wire_error)?;
-        backend.subscribe(&link, request, &context.ct).await.map_err(wire_error)?;
-        // A client's own upstream session sends its updates to that client alone already.
-        if !link.is_own() {
-            self.gw.relay.subscribe(&uri, context.peer.clone());
-        }
-        Ok(())
+        self.measured("resources/subscribe", async {
+            let Some(backend) = self.resource_owner(&self.caller(&context), &request.uri) else {
+                return Err(ErrorData::resource_not_found(format!("resource not found: {}", request.uri), None));
+            };
+            let uri = request.uri.clone();
+            let link = self.link(&backend).await.map_err(wire_error)?;
+            backend.subscribe(&link, request, &context.ct).await.map_err(wire_error)?;
+            // A client's own upstream session sends its updates to that client alone already.
+            if !link.is_own() {
+                self.gw.relay.subscribe(&uri, context.peer.clone());
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn unsubscribe(
@@ -565,16 +609,19 @@ impl ServerHandler for GatewayHandler {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let Some(backend) = self.resource_owner(&self.caller(&context), &request.uri) else {
-            self.gw.relay.unsubscribe(&request.uri, &context.peer);
-            return Ok(());
-        };
-        let link = self.link(&backend).await.map_err(wire_error)?;
-        // On a shared connection the subscription is dropped only when no session wants it.
-        if link.is_own() || self.gw.relay.unsubscribe(&request.uri, &context.peer) {
-            backend.unsubscribe(&link, request, &context.ct).await.map_err(wire_error)?;
-        }
-        Ok(())
+        self.measured("resources/unsubscribe", async {
+            let Some(backend) = self.resource_owner(&self.caller(&context), &request.uri) else {
+                self.gw.relay.unsubscribe(&request.uri, &context.peer);
+                return Ok(());
+            };
+            let link = self.link(&backend).await.map_err(wire_error)?;
+            // On a shared connection the subscription is dropped only when no session wants it.
+            if link.is_own() || self.gw.relay.unsubscribe(&request.uri, &context.peer) {
+                backend.unsubscribe(&link, request, &context.ct).await.map_err(wire_error)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     fn accepted_subscription_filter(&self, _requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
@@ -608,17 +655,20 @@ impl ServerHandler for GatewayHandler {
         _r: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let caller = self.caller(&context);
-        let mut seen = HashSet::new();
-        let mut out = Vec::new();
-        for b in self.usable_backends(&caller) {
-            for r in &b.listing().resources {
-                if seen.insert(r.uri.clone()) {
-                    out.push(r.clone());
+        self.measured("resources/list", async {
+            let caller = self.caller(&context);
+            let mut seen = HashSet::new();
+            let mut out = Vec::new();
+            for b in self.usable_backends(&caller) {
+                for r in &b.listing().resources {
+                    if seen.insert(r.uri.clone()) {
+                        out.push(r.clone());
+                    }
                 }
             }
-        }
-        Ok(ListResourcesResult::with_all_items(out))
+            Ok(ListResourcesResult::with_all_items(out))
+        })
+        .await
     }
 
     async fn list_resource_templates(
@@ -626,17 +676,20 @@ impl ServerHandler for GatewayHandler {
         _r: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let caller = self.caller(&context);
-        let mut seen = HashSet::new();
-        let mut out = Vec::new();
-        for b in self.usable_backends(&caller) {
-            for t in &b.listing().templates {
-                if seen.insert(t.uri_template.clone()) {
-                    out.push(t.clone());
+        self.measured("resources/templates/list", async {
+            let caller = self.caller(&context);
+            let mut seen = HashSet::new();
+            let mut out = Vec::new();
+            for b in self.usable_backends(&caller) {
+                for t in &b.listing().templates {
+                    if seen.insert(t.uri_template.clone()) {
+                        out.push(t.clone());
+                    }
                 }
             }
-        }
-        Ok(ListResourceTemplatesResult::with_all_items(out))
+            Ok(ListResourceTemplatesResult::with_all_items(out))
+        })
+        .await
     }
 
     async fn read_resource(
@@ -644,18 +697,22 @@ impl ServerHandler for GatewayHandler {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let uri = request.uri.clone();
-        let Some(backend) = self.resource_owner(&self.caller(&context), &uri) else {
-            return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
-        };
-        let link = self.link(&backend).await.map_err(wire_error)?;
-        let answer =
-            self.with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct)).await;
-        match answer {
-            Ok(Answer::Complete(r)) => Ok(r.completed().into()),
-            Ok(Answer::InputRequired(r)) => Ok(r.into()),
-            Err(e) => Err(wire_error(e)),
-        }
+        self.measured("resources/read", async {
+            let uri = request.uri.clone();
+            let Some(backend) = self.resource_owner(&self.caller(&context), &uri) else {
+                return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
+            };
+            let link = self.link(&backend).await.map_err(wire_error)?;
+            let answer = self
+                .with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct))
+                .await;
+            match answer {
+                Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+                Ok(Answer::InputRequired(r)) => Ok(r.into()),
+                Err(e) => Err(wire_error(e)),
+            }
+        })
+        .await
     }
 
     async fn list_prompts(
@@ -663,8 +720,11 @@ impl ServerHandler for GatewayHandler {
         _r: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let prompts = self.prompts(&self.caller(&context));
-        Ok(ListPromptsResult::with_all_items(prompts.into_iter().map(|(p, _, _)| p).collect()))
+        self.measured("prompts/list", async {
+            let prompts = self.prompts(&self.caller(&context));
+            Ok(ListPromptsResult::with_all_items(prompts.into_iter().map(|(p, _, _)| p).collect()))
+        })
+        .await
     }
 
     async fn get_prompt(
@@ -672,19 +732,23 @@ impl ServerHandler for GatewayHandler {
         mut request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let prompts = self.prompts(&self.caller(&context));
-        let Some((_, backend, original)) = prompts.into_iter().find(|(p, _, _)| p.name == request.name) else {
-            return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
-        };
-        request.name = original;
-        let link = self.link(&backend).await.map_err(wire_error)?;
-        let answer =
-            self.with_rounds(&context, backend.name(), request, |p| backend.get_prompt(&link, p, &context.ct)).await;
-        match answer {
-            Ok(Answer::Complete(r)) => Ok(r.completed().into()),
-            Ok(Answer::InputRequired(r)) => Ok(r.into()),
-            Err(e) => Err(wire_error(e)),
-        }
+        self.measured("prompts/get", async {
+            let prompts = self.prompts(&self.caller(&context));
+            let Some((_, backend, original)) = prompts.into_iter().find(|(p, _, _)| p.name == request.name) else {
+                return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
+            };
+            request.name = original;
+            let link = self.link(&backend).await.map_err(wire_error)?;
+            let answer = self
+                .with_rounds(&context, backend.name(), request, |p| backend.get_prompt(&link, p, &context.ct))
+                .await;
+            match answer {
+                Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+                Ok(Answer::InputRequired(r)) => Ok(r.into()),
+                Err(e) => Err(wire_error(e)),
+            }
+        })
+        .await
     }
 }
 

@@ -60,6 +60,8 @@ pub struct PendingCall {
     /// Cancels the backend request (client cancellation, expiry).
     pub ct: CancellationToken,
     pub rounds: u32,
+    /// When the call was first forwarded (its metrics' latency).
+    pub started: std::time::Instant,
 }
 
 impl PendingCall {

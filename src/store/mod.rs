@@ -123,6 +123,19 @@ pub struct SearchResult {
     pub hits: Vec<Hit>,
     pub mode: SearchMode,
     pub plan: Option<Plan>,
+    /// Where the time went.
+    pub timings: Timings,
+}
+
+/// A search's time by stage.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timings {
+    /// Embedding the query (zero when it was cached or there is no dense arm).
+    pub embed: std::time::Duration,
+    /// Both arms' index searches.
+    pub search: std::time::Duration,
+    /// Merging the arms.
+    pub fuse: std::time::Duration,
 }
 
 /// Counts of work done, for tests and benchmarks to check "no model run" claims.
@@ -131,6 +144,11 @@ pub struct Counters {
     pub texts_embedded: AtomicU64,
     pub queries_embedded: AtomicU64,
     pub generations: AtomicU64,
+    /// Tool vectors found in, and missing from, the vector cache during builds.
+    pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
+    /// Builds whose tool texts could not be embedded (keyword-only generations).
+    pub embed_failures: AtomicU64,
 }
 
 pub struct Store {
@@ -188,6 +206,7 @@ impl Store {
             Some(e) => match self.vectors(e.as_ref(), &catalog, progress).await {
                 Ok(data) => Some((e.dim(), data)),
                 Err(err) => {
+                    self.counters.embed_failures.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(%err, "tool texts could not be embedded; search is keyword-only until the next rebuild");
                     None
                 }
@@ -223,6 +242,8 @@ impl Store {
         let mut missing: HashMap<&str, Vec<usize>> = HashMap::new();
         for (slot, t) in tools.iter().enumerate() {
             let hit = self.cache.as_ref().and_then(|c| c.get(&c.key(&t.text)));
+            let counter = if hit.is_some() { &self.counters.cache_hits } else { &self.counters.cache_misses };
+            counter.fetch_add(1, Ordering::Relaxed);
             match hit {
                 Some(v) => data[slot * dim..(slot + 1) * dim].copy_from_slice(&v),
                 None => missing.entry(t.text.as_str()).or_default().push(slot),
@@ -274,9 +295,15 @@ impl Store {
         ranker: Ranker,
     ) -> SearchResult {
         if allow.is_empty() || n == 0 {
-            return SearchResult { hits: Vec::new(), mode: SearchMode::Hybrid, plan: None };
+            return SearchResult {
+                hits: Vec::new(),
+                mode: SearchMode::Hybrid,
+                plan: None,
+                timings: Timings::default(),
+            };
         }
         debug_assert_eq!(allow.universe(), generation.catalog.len(), "allow-list of another generation");
+        let started = std::time::Instant::now();
         let mut kw_terms = terms(&query.description);
         for k in &query.keywords {
             // Explicit keywords count twice: the caller chose them for this arm.
@@ -284,11 +311,22 @@ impl Store {
             kw_terms.extend(t.iter().cloned());
             kw_terms.extend(t);
         }
-        let keyword = || generation.keyword.search(&kw_terms, allow, ARM_DEPTH.max(n));
+        let mut timings = Timings::default();
+        let keyword = |timings: &mut Timings| {
+            let at = std::time::Instant::now();
+            let hits = generation.keyword.search(&kw_terms, allow, ARM_DEPTH.max(n));
+            timings.search += at.elapsed();
+            hits
+        };
         let dense = match (&generation.dense, &self.embedder, ranker) {
             (_, _, Ranker::KeywordOnly) => None,
             (Some(d), Some(e), _) => match self.query_vector(e.as_ref(), &query.description).await {
-                Ok(q) => Some(d.search(&q, allow, ARM_DEPTH.max(n))),
+                Ok(q) => {
+                    let at = std::time::Instant::now();
+                    let found = d.search(&q, allow, ARM_DEPTH.max(n));
+                    timings.search += at.elapsed();
+                    Some(found)
+                }
                 Err(err) => {
                     tracing::warn!(%err, "query not embedded; answering from the keyword arm");
                     None
@@ -296,20 +334,25 @@ impl Store {
             },
             _ => None,
         };
+        // Everything before the index searches was the query's embedding.
+        timings.embed = started.elapsed().saturating_sub(timings.search);
         match (dense, ranker) {
-            (Some((d, plan)), Ranker::DenseOnly) => {
-                SearchResult { hits: d.into_iter().take(n).collect(), mode: SearchMode::Dense, plan: Some(plan) }
-            }
+            (Some((d, plan)), Ranker::DenseOnly) => SearchResult {
+                hits: d.into_iter().take(n).collect(),
+                mode: SearchMode::Dense,
+                plan: Some(plan),
+                timings,
+            },
             (Some((d, plan)), _) => {
-                let k = keyword();
-                SearchResult {
-                    hits: rrf(&[(&d, DENSE_WEIGHT), (&k, KEYWORD_WEIGHT)], n),
-                    mode: SearchMode::Hybrid,
-                    plan: Some(plan),
-                }
+                let k = keyword(&mut timings);
+                let at = std::time::Instant::now();
+                let hits = rrf(&[(&d, DENSE_WEIGHT), (&k, KEYWORD_WEIGHT)], n);
+                timings.fuse = at.elapsed();
+                SearchResult { hits, mode: SearchMode::Hybrid, plan: Some(plan), timings }
             }
             (None, _) => {
-                SearchResult { hits: keyword().into_iter().take(n).collect(), mode: SearchMode::Keyword, plan: None }
+                let hits = keyword(&mut timings).into_iter().take(n).collect();
+                SearchResult { hits, mode: SearchMode::Keyword, plan: None, timings }
             }
         }
     }

@@ -281,3 +281,49 @@ async fn watch_refuses_an_invalid_file_and_applies_a_valid_one() {
     assert!(table.lines().any(|l| l.starts_with("more ") && l.contains("stdio")), "{table}");
     assert!(table.contains("last reload: added more"), "{table}");
 }
+
+/// The value of the series `name{labels}` in a Prometheus text scrape, if present.
+fn series(scrape: &str, name_and_labels: &str) -> Option<f64> {
+    scrape.lines().find_map(|l| l.strip_prefix(name_and_labels)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// `/metrics` moves with what clients do: requests by method and outcome, tool calls by
+/// backend and outcome, find_tool searches by mode, and the states read at scrape time.
+#[tokio::test]
+async fn metrics_count_requests_calls_and_searches() {
+    let kit = http_backend("testkit").await;
+    let toml = format!("[server]\nlisten = \"127.0.0.1:0\"\n{}", http_backend_toml("kit", &kit.url));
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let scrape = || async {
+        let r = reqwest::get(format!("http://{}/metrics", app.addr.unwrap())).await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap()
+    };
+    let before = scrape().await;
+    assert_eq!(series(&before, "toolmux_tool_calls_total{backend=\"kit\",outcome=\"ok\"}"), None, "{before}");
+    assert_eq!(series(&before, "toolmux_sessions{mode=\"optimizer\"}"), Some(0.0), "{before}");
+
+    let (c, _) = client(&app).await;
+    let found = call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await;
+    assert_ne!(found.is_error, Some(true));
+    let r = call(&c, "call_tool", json!({"tool_name": "kit_echo", "parameters": {"input": "hi"}})).await;
+    assert_eq!(text(&r), "hi");
+    let r = call(&c, "call_tool", json!({"tool_name": "kit_echo", "parameters": {"wrong": 1}})).await;
+    assert_eq!(r.is_error, Some(true));
+
+    let after = scrape().await;
+    let value = |s: &str| series(&after, s).unwrap_or_else(|| panic!("{s} in:\n{after}"));
+    assert_eq!(value("toolmux_requests_total{method=\"tools/call\",outcome=\"ok\"}"), 3.0);
+    assert_eq!(value("toolmux_requests_total{method=\"initialize\",outcome=\"ok\"}"), 1.0);
+    assert_eq!(value("toolmux_tool_calls_total{backend=\"kit\",outcome=\"ok\"}"), 1.0);
+    assert_eq!(value("toolmux_tool_calls_total{backend=\"kit\",outcome=\"is_error\"}"), 1.0);
+    assert_eq!(value("toolmux_tool_call_duration_seconds_count{backend=\"kit\"}"), 2.0);
+    assert_eq!(value("toolmux_find_tool_searches_total{mode=\"keyword\",plan=\"none\"}"), 1.0);
+    assert_eq!(value("toolmux_find_tool_stage_duration_seconds_count{stage=\"search\"}"), 1.0);
+    assert_eq!(value("toolmux_sessions{mode=\"optimizer\"}"), 1.0);
+    assert_eq!(value("toolmux_backend_health{backend=\"kit\",state=\"healthy\"}"), 1.0);
+    assert!(value("toolmux_catalog_tools") >= 10.0);
+    assert!(after.contains("# TYPE toolmux_request_duration_seconds histogram"), "{after}");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}

@@ -1,0 +1,263 @@
+//! Prometheus metrics, served at `GET /metrics` in the text exposition format.
+//!
+//! Every gateway has its own registry (several gateways in one process, as in tests, never mix
+//! their series). Events are counted where they happen; states (backend health, breakers, live
+//! sessions, catalog size, the embedder's queue) and the counters other parts keep for
+//! themselves are read when the endpoint is scraped.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodOutcome {
+    pub method: &'static str,
+    /// `ok` or `error` (a JSON-RPC error).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Method {
+    pub method: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendOutcome {
+    pub backend: String,
+    /// `ok`, `is_error`, `timeout`, `breaker_open`, `unavailable`, `cancelled` or `error`.
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Backend {
+    pub backend: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendState {
+    pub backend: String,
+    pub state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Stage {
+    /// `embed`, `search` or `fuse`.
+    pub stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Search {
+    /// `hybrid`, `keyword` or `dense`.
+    pub mode: &'static str,
+    /// `exact`, `graph`, `graph_then_exact`, or `none` (no dense arm).
+    pub plan: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Mode {
+    pub mode: &'static str,
+}
+
+/// Latency buckets from 100 µs to about 26 s.
+fn seconds() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0001, 4.0, 10))
+}
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub requests: Family<MethodOutcome, Counter>,
+    pub request_seconds: Family<Method, Histogram, fn() -> Histogram>,
+    pub tool_calls: Family<BackendOutcome, Counter>,
+    pub tool_call_seconds: Family<Backend, Histogram, fn() -> Histogram>,
+    pub find_tool_seconds: Family<Stage, Histogram, fn() -> Histogram>,
+    pub find_tool_searches: Family<Search, Counter>,
+    pub embed_failures: Counter,
+    // Read at scrape time.
+    pub backend_health: Family<BackendState, Gauge>,
+    pub backend_breaker_open: Family<Backend, Gauge>,
+    pub backend_tools: Family<Backend, Gauge>,
+    pub sessions: Family<Mode, Gauge>,
+    pub catalog_tools: Gauge,
+    pub catalog_generation: Gauge,
+    pub embedder_queue: Gauge,
+    pub texts_embedded: Counter,
+    pub queries_embedded: Counter,
+    pub vector_cache_hits: Counter,
+    pub vector_cache_misses: Counter,
+    pub health_transitions: Counter,
+    pub snapshot_swaps: Counter,
+    pub list_changed_sent: Counter,
+    pub reloads: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("toolmux");
+        let m = Metrics {
+            registry: Mutex::new(Registry::default()),
+            requests: Family::default(),
+            request_seconds: Family::new_with_constructor(seconds),
+            tool_calls: Family::default(),
+            tool_call_seconds: Family::new_with_constructor(seconds),
+            find_tool_seconds: Family::new_with_constructor(seconds),
+            find_tool_searches: Family::default(),
+            embed_failures: Counter::default(),
+            backend_health: Family::default(),
+            backend_breaker_open: Family::default(),
+            backend_tools: Family::default(),
+            sessions: Family::default(),
+            catalog_tools: Gauge::default(),
+            catalog_generation: Gauge::default(),
+            embedder_queue: Gauge::default(),
+            texts_embedded: Counter::default(),
+            queries_embedded: Counter::default(),
+            vector_cache_hits: Counter::default(),
+            vector_cache_misses: Counter::default(),
+            health_transitions: Counter::default(),
+            snapshot_swaps: Counter::default(),
+            list_changed_sent: Counter::default(),
+            reloads: Counter::default(),
+        };
+        r.register("requests", "MCP requests answered, by method and outcome", m.requests.clone());
+        r.register("request_duration_seconds", "Time to answer an MCP request", m.request_seconds.clone());
+        r.register("tool_calls", "Forwarded tool calls, by backend and outcome", m.tool_calls.clone());
+        r.register("tool_call_duration_seconds", "Time a forwarded tool call took", m.tool_call_seconds.clone());
+        r.register("find_tool_stage_duration_seconds", "find_tool time per stage", m.find_tool_seconds.clone());
+        r.register(
+            "find_tool_searches",
+            "find_tool searches, by search mode and dense plan",
+            m.find_tool_searches.clone(),
+        );
+        r.register("embed_failures", "Catalog builds whose tool texts could not be embedded", m.embed_failures.clone());
+        r.register("backend_health", "1 for each backend's current health state", m.backend_health.clone());
+        r.register(
+            "backend_breaker_open",
+            "1 while a backend's circuit breaker is open",
+            m.backend_breaker_open.clone(),
+        );
+        r.register("backend_tools", "Tools each backend last listed", m.backend_tools.clone());
+        r.register("sessions", "Live client sessions, by serving mode", m.sessions.clone());
+        r.register("catalog_tools", "Tools in the current catalog generation", m.catalog_tools.clone());
+        r.register("catalog_generation", "The current catalog generation's number", m.catalog_generation.clone());
+        r.register("embedder_queue_depth", "Embedding jobs waiting for the model", m.embedder_queue.clone());
+        r.register("texts_embedded", "Tool texts run through the model", m.texts_embedded.clone());
+        r.register("queries_embedded", "find_tool queries run through the model", m.queries_embedded.clone());
+        r.register("vector_cache_hits", "Tool vectors found in the vector cache", m.vector_cache_hits.clone());
+        r.register("vector_cache_misses", "Tool vectors not in the vector cache", m.vector_cache_misses.clone());
+        r.register("health_transitions", "Backend health state changes", m.health_transitions.clone());
+        r.register("snapshot_swaps", "Session scope snapshots rebuilt and swapped", m.snapshot_swaps.clone());
+        r.register(
+            "list_changed_sent",
+            "tools/list_changed notifications sent to sessions",
+            m.list_changed_sent.clone(),
+        );
+        r.register("config_reloads", "Configuration reloads applied", m.reloads.clone());
+        *m.registry.lock().expect("registry lock") = r;
+        m
+    }
+
+    /// One MCP request answered.
+    pub fn request(&self, method: &'static str, ok: bool, took: Duration) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.requests.get_or_create(&MethodOutcome { method, outcome }).inc();
+        self.request_seconds.get_or_create(&Method { method }).observe(took.as_secs_f64());
+    }
+
+    /// One forwarded tool call ended.
+    pub fn tool_call(&self, backend: &str, outcome: &'static str, took: Duration) {
+        self.tool_calls.get_or_create(&BackendOutcome { backend: backend.to_string(), outcome }).inc();
+        self.tool_call_seconds.get_or_create(&Backend { backend: backend.to_string() }).observe(took.as_secs_f64());
+    }
+
+    /// One find_tool search: its stages' times, its mode and plan.
+    pub fn find_tool(&self, r: &crate::store::SearchResult) {
+        let t = r.timings;
+        for (stage, took) in [("embed", t.embed), ("search", t.search), ("fuse", t.fuse)] {
+            self.find_tool_seconds.get_or_create(&Stage { stage }).observe(took.as_secs_f64());
+        }
+        let mode = match r.mode {
+            crate::store::SearchMode::Hybrid => "hybrid",
+            crate::store::SearchMode::Keyword => "keyword",
+            crate::store::SearchMode::Dense => "dense",
+        };
+        let plan = match r.plan {
+            None => "none",
+            Some(crate::index::dense::Plan::Exact) => "exact",
+            Some(crate::index::dense::Plan::Graph) => "graph",
+            Some(crate::index::dense::Plan::GraphThenExact) => "graph_then_exact",
+        };
+        self.find_tool_searches.get_or_create(&Search { mode, plan }).inc();
+    }
+
+    /// Renders every series (after `refresh` has read the states).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let registry = self.registry.lock().expect("registry lock");
+        prometheus_client::encoding::text::encode(&mut out, &registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// Raises `counter` to `total` (a count another part keeps): counters only go up.
+pub fn catch_up(counter: &Counter, total: u64) {
+    let seen = counter.get();
+    if total > seen {
+        counter.inc_by(total - seen);
+    }
+}
+
+impl crate::mcp::Gateway {
+    /// Reads every state and outside counter into the metrics, then renders them.
+    pub fn render_metrics(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = &self.metrics;
+        let status = self.status();
+        m.backend_health.clear();
+        m.backend_breaker_open.clear();
+        m.backend_tools.clear();
+        for b in &status.backends {
+            let state: &'static str = match b.health.as_str() {
+                "healthy" => "healthy",
+                "degraded" => "degraded",
+                "unhealthy" => "unhealthy",
+                "unmonitored" => "unmonitored",
+                _ => "unknown",
+            };
+            m.backend_health.get_or_create(&BackendState { backend: b.name.clone(), state }).set(1);
+            let backend = Backend { backend: b.name.clone() };
+            m.backend_breaker_open.get_or_create(&backend).set(i64::from(b.breaker == "open"));
+            m.backend_tools.get_or_create(&backend).set(b.tools as i64);
+        }
+        let mode = match self.mode {
+            crate::config::Mode::Optimizer => "optimizer",
+            crate::config::Mode::Passthrough => "passthrough",
+        };
+        m.sessions.get_or_create(&Mode { mode }).set(status.sessions.live as i64);
+        m.catalog_tools.set(status.catalog.tools as i64);
+        m.catalog_generation.set(status.catalog.generation as i64);
+        m.embedder_queue.set(self.store.embedder().map_or(0, |e| e.queue_depth()) as i64);
+        let store = &self.store.counters;
+        catch_up(&m.texts_embedded, store.texts_embedded.load(Relaxed));
+        catch_up(&m.queries_embedded, store.queries_embedded.load(Relaxed));
+        catch_up(&m.vector_cache_hits, store.cache_hits.load(Relaxed));
+        catch_up(&m.vector_cache_misses, store.cache_misses.load(Relaxed));
+        catch_up(&m.embed_failures, store.embed_failures.load(Relaxed));
+        catch_up(&m.health_transitions, self.health.transitions.load(Relaxed));
+        catch_up(&m.snapshot_swaps, self.counters.resyncs.load(Relaxed));
+        catch_up(&m.list_changed_sent, self.counters.list_changed_sent.load(Relaxed));
+        catch_up(&m.reloads, status.reload.applied);
+        m.render()
+    }
+}
