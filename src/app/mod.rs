@@ -31,6 +31,9 @@ pub use reload::Reloaded;
 
 /// How long a stop waits for tasks to finish once everything is cancelled.
 const DRAIN: Duration = Duration::from_secs(5);
+/// First and longest waits before a catalog build whose texts could not be embedded is retried.
+const EMBED_RETRY_START: Duration = Duration::from_secs(1);
+const EMBED_RETRY_MAX: Duration = Duration::from_secs(300);
 /// How long stdio backends' process groups get between SIGTERM and SIGKILL.
 const CHILD_GRACE: Duration = Duration::from_secs(2);
 
@@ -228,13 +231,20 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
     let mut backends = gw.upstream.subscribe();
     let mut health = gw.health.subscribe();
     let mut first = true;
+    // A build that could not embed is retried with backoff: (when, the wait that led there).
+    let mut retry: Option<(tokio::time::Instant, Duration)> = None;
     loop {
         // A health flip always changes scopes; a backend change only if it changes the catalog
         // (connections coming and going are health's business).
         let mut scopes_changed = first;
+        let mut rebuild = false;
         if !first {
+            let retry_at = retry.map(|(at, _)| at);
             tokio::select! {
                 _ = ct.cancelled() => return,
+                _ = tokio::time::sleep_until(retry_at.unwrap_or_else(tokio::time::Instant::now)), if retry_at.is_some() => {
+                    rebuild = true;
+                }
                 r = backends.changed() => if r.is_err() { return },
                 r = health.changed() => {
                     if r.is_err() { return }
@@ -254,9 +264,15 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
         }
         *clashes.lock().expect("clashes lock") = found;
         let current = gw.store.current();
-        if current.id == 0 || !same_catalog(&current.catalog, &catalog) {
-            gw.store.rebuild(catalog).await;
+        if rebuild || current.id == 0 || !same_catalog(&current.catalog, &catalog) {
+            let built = gw.store.rebuild(catalog).await;
             scopes_changed = true;
+            let failed = built.dense.is_none() && gw.store.embedder().is_some() && !built.catalog.is_empty();
+            retry = failed.then(|| {
+                let wait = retry.map_or(EMBED_RETRY_START, |(_, w)| (w * 2).min(EMBED_RETRY_MAX));
+                tracing::warn!("embedding will be retried in {}", humantime::format_duration(wait));
+                (tokio::time::Instant::now() + wait, wait)
+            });
         }
         if scopes_changed || !gw.health.enabled() {
             gw.scopes_changed();

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolmux::app::{App, EmbedderChoice, Options};
@@ -173,6 +174,41 @@ async fn a_restart_with_an_unchanged_catalog_runs_no_model() {
     let (c, _) = client(&app).await;
     let names = found(&call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await);
     assert!(names.iter().any(|n| n == "echo_echo"), "{names:?}");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+/// A catalog build whose texts cannot be embedded serves keyword search, shows the failure in
+/// `/status` and the metrics, and is retried with backoff until the model answers again.
+#[tokio::test]
+async fn an_embedding_failure_is_retried_until_search_is_hybrid_again() {
+    let files =
+        toolmux::embed::files::locate("all-MiniLM-L6-v2", None, &toolmux::embed::files::default_model_roots(), false)
+            .unwrap();
+    let own = Arc::new(toolmux::embed::worker::ModelEmbedder::start(&files).unwrap());
+    let switch = own.failure_switch();
+    switch.store(true, Ordering::SeqCst);
+    let kit = http_backend("testkit").await;
+    let cache = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[optimizer]\ncache_dir = \"{}\"\n{}",
+        cache.path().display(),
+        http_backend_toml("kit", &kit.url)
+    );
+    let app = gateway(&toml, EmbedderChoice::Given(own)).await;
+    let status = app.gateway.status();
+    assert_eq!((status.embedder.state, status.catalog.search), ("failed", "keyword"));
+    assert!(app.gateway.render_metrics().contains("toolmux_embed_failures_total 1"));
+
+    switch.store(false, Ordering::SeqCst);
+    assert!(
+        eventually(Duration::from_secs(30), || async { app.gateway.status().catalog.search == "hybrid" }).await,
+        "the build is retried once the model answers"
+    );
+    assert_eq!(app.gateway.status().embedder.state, "ok");
+    let (c, _) = client(&app).await;
+    let r = call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await;
+    assert_eq!(r.structured_content.unwrap()["search_mode"], "hybrid");
     c.cancel().await.unwrap();
     app.shutdown().await;
 }
