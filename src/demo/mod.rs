@@ -49,7 +49,7 @@ fn testkit() -> DemoBackend {
         ask | Wait, then ask the calling client's model a question (sampling) and return its answer: with a request to the client (2025-11-25) or an input-required result (2026-07-28). | prompt*: The question; delay_ms:integer: How long to wait before asking; rounds:integer: How many times to ask (default 1); answers joined by ` | `; unlinked:boolean: Send the request on no call's stream (2025-11-25), as servers that ask from background work do; elicit:boolean: Ask with an elicitation form instead of sampling\n\
         remember | Remember a value in this MCP session. | value*: What to remember\n\
         recall | Recall the value remembered in this MCP session. | \n\
-        whoami | Return the X-User and Authorization headers of the HTTP request that made this call. | \n\
+        whoami | Return the X-User and Authorization headers of the HTTP request that made this call, and its traceparent if any. | \n\
         progress | Report progress several times, then answer. | steps*:integer: How many progress notifications; label: Put in each progress message\n\
         log | Send a log message at a level, if the session's logging/setLevel lets it through. | level*: debug, info, warning or error; message*: The text\n";
     parse(text).expect("testkit parses").remove(0)

@@ -217,7 +217,11 @@ impl ServerHandler for DemoServer {
                 let header = |name: &str| {
                     headers.as_ref().and_then(|h| h.get(name)).and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
                 };
-                text(format!("user={} authorization={}", header("x-user"), header("authorization")))
+                let who = format!("user={} authorization={}", header("x-user"), header("authorization"));
+                match context.meta.get_traceparent() {
+                    Some(trace) => text(format!("{who} traceparent={trace}")),
+                    None => text(who),
+                }
             }
             "recall" => text(self.session.remembered.lock().expect("session lock").clone().unwrap_or_default()),
             "progress" => {

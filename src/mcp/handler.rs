@@ -37,7 +37,7 @@ use crate::config::Mode;
 use crate::index::{AllowList, Slot};
 use crate::session::{Access, Caller, SessionHandle, Snapshot};
 use crate::store::{Query, Ranker};
-use crate::upstream::{Answer, Backend, CallError, Link};
+use crate::upstream::{Answer, Backend, CallError, Link, Trace};
 
 /// Scheduler turns given to trailing backend notifications after a call's result arrives.
 const RELAY_SETTLE_YIELDS: usize = 4;
@@ -166,10 +166,21 @@ impl GatewayHandler {
         method: &'static str,
         handling: impl std::future::Future<Output = Result<T, ErrorData>>,
     ) -> Result<T, ErrorData> {
-        let at = std::time::Instant::now();
-        let result = handling.await;
-        self.gw.metrics.request(method, result.is_ok(), at.elapsed());
-        result
+        use tracing::Instrument;
+        let session = self.session.get().map(|s| s.id);
+        let span = tracing::info_span!("mcp_request", method, session, tool = tracing::field::Empty);
+        async move {
+            let at = std::time::Instant::now();
+            let result = handling.await;
+            self.gw.metrics.request(method, result.is_ok(), at.elapsed());
+            // Logged once, here, with the request's span fields.
+            if let Err(e) = &result {
+                tracing::info!(code = e.code.0, error = %e.message, "request answered with an error");
+            }
+            result
+        }
+        .instrument(span)
+        .await
     }
 
     fn refuse(&self, message: String) -> Result<CallToolResponse, ErrorData> {
@@ -273,9 +284,11 @@ impl GatewayHandler {
             ct: self.gw.call_token(),
             rounds: 0,
             started: std::time::Instant::now(),
+            trace: Trace::of(ctx),
         };
         call.start();
-        self.drive(call, ctx).await
+        let span = tracing::info_span!("backend_call", backend = call.backend.name(), upstream = call.link.conn);
+        tracing::Instrument::instrument(self.drive(call, ctx), span).await
     }
 
     /// Runs a forwarded call to its end for this request: relays its notifications, answers a
@@ -513,6 +526,7 @@ impl ServerHandler for GatewayHandler {
         let result = match self.gw.mode {
             Mode::Passthrough => {
                 let name = request.name.to_string();
+                tracing::Span::current().record("tool", name.as_str());
                 return self.forward_call(&snap, &name, request, &context).await;
             }
             Mode::Optimizer => match request.name.as_ref() {
@@ -520,6 +534,7 @@ impl ServerHandler for GatewayHandler {
                 CALL_TOOL => match meta::parse_call(request.arguments.as_ref()) {
                     Err(msg) => meta::error_result(msg),
                     Ok(args) => {
+                        tracing::Span::current().record("tool", args.tool_name.as_str());
                         // A retry's answers and state travel on the outer call_tool request.
                         let mut inner =
                             CallToolRequestParams::new(args.tool_name.clone()).with_arguments(args.parameters);

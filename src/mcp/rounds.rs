@@ -62,6 +62,8 @@ pub struct PendingCall {
     pub rounds: u32,
     /// When the call was first forwarded (its metrics' latency).
     pub started: std::time::Instant,
+    /// The client's trace context, passed on to the backend.
+    pub trace: crate::upstream::Trace,
 }
 
 impl PendingCall {
@@ -69,11 +71,10 @@ impl PendingCall {
     pub fn start(&mut self) {
         let (backend, link, params, guard, ct) =
             (self.backend.clone(), self.link.clone(), self.params.clone(), self.guard.clone(), self.ct.clone());
-        let client = self.client.clone();
-        self.call =
-            Box::pin(
-                async move { backend.call_tool(&link, params, client, &ct, |id, token| guard.sent(id, token)).await },
-            );
+        let (client, trace) = (self.client.clone(), self.trace.clone());
+        self.call = Box::pin(async move {
+            backend.call_tool(&link, params, client, &trace, &ct, |id, token| guard.sent(id, token)).await
+        });
     }
 
     /// Whether the client declared the capability `ask` needs; if not, the backend is told so

@@ -314,16 +314,22 @@ impl Store {
         let mut timings = Timings::default();
         let keyword = |timings: &mut Timings| {
             let at = std::time::Instant::now();
-            let hits = generation.keyword.search(&kw_terms, allow, ARM_DEPTH.max(n));
+            let hits = tracing::debug_span!("keyword_search")
+                .in_scope(|| generation.keyword.search(&kw_terms, allow, ARM_DEPTH.max(n)));
             timings.search += at.elapsed();
             hits
         };
         let dense = match (&generation.dense, &self.embedder, ranker) {
             (_, _, Ranker::KeywordOnly) => None,
-            (Some(d), Some(e), _) => match self.query_vector(e.as_ref(), &query.description).await {
+            (Some(d), Some(e), _) => match tracing::Instrument::instrument(
+                self.query_vector(e.as_ref(), &query.description),
+                tracing::debug_span!("embed_query"),
+            )
+            .await
+            {
                 Ok(q) => {
                     let at = std::time::Instant::now();
-                    let found = d.search(&q, allow, ARM_DEPTH.max(n));
+                    let found = tracing::debug_span!("dense_search").in_scope(|| d.search(&q, allow, ARM_DEPTH.max(n)));
                     timings.search += at.elapsed();
                     Some(found)
                 }
@@ -346,7 +352,8 @@ impl Store {
             (Some((d, plan)), _) => {
                 let k = keyword(&mut timings);
                 let at = std::time::Instant::now();
-                let hits = rrf(&[(&d, DENSE_WEIGHT), (&k, KEYWORD_WEIGHT)], n);
+                let hits =
+                    tracing::debug_span!("fuse").in_scope(|| rrf(&[(&d, DENSE_WEIGHT), (&k, KEYWORD_WEIGHT)], n));
                 timings.fuse = at.elapsed();
                 SearchResult { hits, mode: SearchMode::Hybrid, plan: Some(plan), timings }
             }

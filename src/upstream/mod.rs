@@ -546,6 +546,7 @@ impl Backend {
         link: &Link,
         params: CallToolRequestParams,
         client: Option<ClientCapabilities>,
+        trace: &Trace,
         ct: &CancellationToken,
         on_sent: impl FnOnce(&RequestId, &ProgressToken),
     ) -> Result<Answer<CallToolResult>, CallError> {
@@ -554,12 +555,14 @@ impl Backend {
         let peer = link.peer.clone();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut options = PeerRequestOptions::no_options();
+        // Merged over what rmcp stamps on every request.
+        let mut meta = RequestMetaObject::default();
         if peer.peer_info().is_some_and(|i| !i.protocol_version.has_initialize()) {
-            // Merged over what rmcp stamps on every request.
-            options.meta = Some(RequestMetaObject::default());
-            if let Some(meta) = options.meta.as_mut() {
-                meta.set_client_capabilities(client.unwrap_or_default());
-            }
+            meta.set_client_capabilities(client.unwrap_or_default());
+        }
+        trace.apply(&mut meta);
+        if !meta.is_empty() {
+            options.meta = Some(meta);
         }
         let handle = peer.send_request_with_option(request, options).await.map_err(|e| self.map_error(link, e))?;
         on_sent(&handle.id, &handle.progress_token);
@@ -686,6 +689,39 @@ async fn list_everything(peer: &Peer<RoleClient>) -> anyhow::Result<Listing> {
         });
     }
     Ok(Listing { tools, resources, templates, prompts })
+}
+
+/// A client's W3C trace context (SEP-414), carried to the backend in the request's `_meta`.
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+    pub baggage: Option<String>,
+}
+
+impl Trace {
+    /// The trace context of a client request: its `_meta`, else its HTTP headers.
+    pub fn of(ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>) -> Self {
+        let headers = ctx.extensions.get::<http::request::Parts>().map(|p| &p.headers);
+        let header = |name: &str| headers.and_then(|h| h.get(name)).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Trace {
+            traceparent: ctx.meta.get_traceparent().map(str::to_owned).or_else(|| header("traceparent")),
+            tracestate: ctx.meta.get_tracestate().map(str::to_owned).or_else(|| header("tracestate")),
+            baggage: ctx.meta.get_baggage().map(str::to_owned).or_else(|| header("baggage")),
+        }
+    }
+
+    fn apply(&self, meta: &mut RequestMetaObject) {
+        if let Some(v) = &self.traceparent {
+            meta.set_traceparent(v.clone());
+        }
+        if let Some(v) = &self.tracestate {
+            meta.set_tracestate(v.clone());
+        }
+        if let Some(v) = &self.baggage {
+            meta.set_baggage(v.clone());
+        }
+    }
 }
 
 /// Every configured backend. The set changes only on a reload ([`Upstream::add`],

@@ -327,3 +327,22 @@ async fn metrics_count_requests_calls_and_searches() {
     c.cancel().await.unwrap();
     app.shutdown().await;
 }
+
+/// A client's W3C trace context reaches the backend with the forwarded call (SEP-414 `_meta`).
+#[tokio::test]
+async fn a_clients_traceparent_reaches_the_backend() {
+    let kit = http_backend("testkit").await;
+    let toml =
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}", http_backend_toml("kit", &kit.url));
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let session = RawSession::open(&app).await;
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let r = session
+        .request("tools/call", json!({"name": "kit_whoami", "arguments": {}, "_meta": {"traceparent": trace}}))
+        .await;
+    let said = r["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(said.ends_with(&format!("traceparent={trace}")), "{r}");
+    let r = session.call("kit_whoami", json!({})).await;
+    assert!(!r["content"][0]["text"].as_str().unwrap().contains("traceparent"), "none invented: {r}");
+    app.shutdown().await;
+}
