@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::Gateway;
 use crate::config::Transport;
+use crate::metrics;
 
 /// The outcome of the last configuration reload.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -135,6 +136,50 @@ impl Gateway {
             embedder,
             reload: self.reloads.lock().expect("reload log").clone(),
         }
+    }
+}
+
+impl Gateway {
+    /// Reads every state and outside counter into the metrics, then renders them.
+    pub fn render_metrics(&self) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = &self.metrics;
+        let status = self.status();
+        m.backend_health.clear();
+        m.backend_breaker_open.clear();
+        m.backend_tools.clear();
+        for b in &status.backends {
+            let state: &'static str = match b.health.as_str() {
+                "healthy" => "healthy",
+                "degraded" => "degraded",
+                "unhealthy" => "unhealthy",
+                "unmonitored" => "unmonitored",
+                _ => "unknown",
+            };
+            m.backend_health.get_or_create(&metrics::BackendState { backend: b.name.clone(), state }).set(1);
+            let backend = metrics::Backend { backend: b.name.clone() };
+            m.backend_breaker_open.get_or_create(&backend).set(i64::from(b.breaker == "open"));
+            m.backend_tools.get_or_create(&backend).set(b.tools as i64);
+        }
+        let mode = match self.mode {
+            crate::config::Mode::Optimizer => "optimizer",
+            crate::config::Mode::Passthrough => "passthrough",
+        };
+        m.sessions.get_or_create(&metrics::Mode { mode }).set(status.sessions.live as i64);
+        m.catalog_tools.set(status.catalog.tools as i64);
+        m.catalog_generation.set(status.catalog.generation as i64);
+        m.embedder_queue.set(self.store.embedder().map_or(0, |e| e.queue_depth()) as i64);
+        let store = &self.store.counters;
+        metrics::catch_up(&m.texts_embedded, store.texts_embedded.load(Relaxed));
+        metrics::catch_up(&m.queries_embedded, store.queries_embedded.load(Relaxed));
+        metrics::catch_up(&m.vector_cache_hits, store.cache_hits.load(Relaxed));
+        metrics::catch_up(&m.vector_cache_misses, store.cache_misses.load(Relaxed));
+        metrics::catch_up(&m.embed_failures, store.embed_failures.load(Relaxed));
+        metrics::catch_up(&m.health_transitions, self.health.transitions.load(Relaxed));
+        metrics::catch_up(&m.snapshot_swaps, self.counters.resyncs.load(Relaxed));
+        metrics::catch_up(&m.list_changed_sent, self.counters.list_changed_sent.load(Relaxed));
+        metrics::catch_up(&m.reloads, status.reload.applied);
+        m.render()
     }
 }
 

@@ -120,7 +120,7 @@ async fn sigterm_drains_running_calls_and_ends_every_child() {
 }
 
 /// A reload under open sessions: `keep` stays, `gone` is removed, `moved` changes to another
-/// server, `new` is added, and bob's policy grows to take in `new`. Each session sees the new
+/// server, `new` is added, and bob's policy takes in `new` and drops `keep`. Each session sees the new
 /// set without reconnecting (passthrough: told by `tools/list_changed`), calls to what was
 /// removed fail like unknown names, and only the new tools' texts are embedded.
 #[tokio::test]
@@ -141,7 +141,7 @@ async fn reload_adds_removes_and_changes_backends_under_open_sessions() {
             bearer_tokens(&["alice", "bob"]),
         );
         let bob_before = "[[policy]]\nprincipals = [\"bob\"]\nbackends = [\"keep\", \"moved\"]\n";
-        let bob_after = "[[policy]]\nprincipals = [\"bob\"]\nbackends = [\"keep\", \"moved\", \"new\"]\n";
+        let bob_after = "[[policy]]\nprincipals = [\"bob\"]\nbackends = [\"moved\", \"new\"]\n";
         let before = format!(
             "{head}{bob_before}{}{}{}",
             http_backend_toml("keep", &echo.url),
@@ -180,7 +180,11 @@ async fn reload_adds_removes_and_changes_backends_under_open_sessions() {
         );
         let bob_sees = names(&bob, mode).await;
         assert!(bob_sees.iter().any(|t| t == "new_send_message"), "{mode}: bob's grown policy: {bob_sees:?}");
-        assert!(bob_sees.iter().any(|t| t == "keep_echo"), "{mode}: unchanged backends stay: {bob_sees:?}");
+        assert!(!bob_sees.iter().any(|t| t.starts_with("keep_")), "{mode}: bob's revoked right: {bob_sees:?}");
+        let kept = names(&alice, mode).await;
+        assert!(kept.iter().any(|t| t == "keep_echo"), "{mode}: unchanged backends stay: {kept:?}");
+        let revoked = call_named(&bob, mode, "keep_echo", json!({"input": "x"})).await;
+        assert!(revoked.contains("not found"), "{mode}: a revoked tool is unknown to bob now: {revoked}");
         if mode == "passthrough" {
             let told = || alice_told.tools_changed.load(std::sync::atomic::Ordering::SeqCst) > 0;
             assert!(eventually(Duration::from_secs(20), || async { told() }).await, "list_changed sent");
