@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 models/fetch.sh all-MiniLM-L6-v2
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
+# The optional OpenTelemetry export builds and lints too.
+cargo clippy --bin toolmux --features otlp --locked -- -D warnings
 cargo test --locked
 # The official MCP SDK clients (Python and TypeScript, installed pinned on first use).
 tests/sdk/run.sh

@@ -102,7 +102,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_level.as_deref());
+    let _traces = init_logging(cli.log_level.as_deref());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli.command)) {
         Ok(code) => code,
@@ -119,19 +119,72 @@ fn main() -> ExitCode {
 }
 
 /// toolmux's own events at info and its dependencies' at warn, unless `--log-level` or
-/// `RUST_LOG` says otherwise; colour only when stderr is a terminal.
-fn init_logging(level: Option<&str>) {
+/// `RUST_LOG` says otherwise; colour only when stderr is a terminal. With the `otlp` feature and
+/// an OTLP endpoint in the environment, spans are exported too (flushed when the guard drops).
+fn init_logging(level: Option<&str>) -> Option<traces::Guard> {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = match level {
         Some(l) => EnvFilter::new(l),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER)),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal());
+    let (export, guard) = traces::layer();
+    tracing_subscriber::registry().with(filter).with(fmt).with(export).init();
+    guard
+}
+
+#[cfg(feature = "otlp")]
+mod traces {
+    use opentelemetry::trace::TracerProvider as _;
+
+    /// Flushes and stops the exporter when dropped.
+    pub struct Guard(opentelemetry_sdk::trace::SdkTracerProvider);
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = self.0.shutdown();
+        }
+    }
+
+    /// An OTLP/HTTP span exporter when an endpoint is configured in the environment.
+    pub fn layer<S>() -> (Option<impl tracing_subscriber::Layer<S>>, Option<Guard>)
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        let configured = ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+            .iter()
+            .any(|k| std::env::var_os(k).is_some());
+        if !configured {
+            return (None, None);
+        }
+        let exporter = match opentelemetry_otlp::SpanExporter::builder().with_http().build() {
+            Ok(e) => e,
+            Err(err) => {
+                eprintln!("toolmux: OTLP export off: {err}");
+                return (None, None);
+            }
+        };
+        let resource = opentelemetry_sdk::Resource::builder().with_service_name("toolmux").build();
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build();
+        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("toolmux"));
+        (Some(layer), Some(Guard(provider)))
+    }
+}
+
+#[cfg(not(feature = "otlp"))]
+mod traces {
+    pub struct Guard;
+
+    /// Without the `otlp` feature, nothing is exported.
+    pub fn layer() -> (Option<tracing_subscriber::layer::Identity>, Option<Guard>) {
+        (None, None)
+    }
 }
 
 /// The log filter when none is given.
