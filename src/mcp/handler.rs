@@ -114,6 +114,36 @@ impl GatewayHandler {
         meta::find_result(tools, TokenMetrics::new(snap.baseline_tokens, returned), &mode, unavailable)
     }
 
+    /// Up to three names in `snap` (never outside it) closest to an unknown `name`: the nearest
+    /// by edit distance, then the best keyword matches for the words of the name.
+    async fn closest_names(&self, snap: &Snapshot, name: &str) -> Vec<String> {
+        const MAX: usize = 3;
+        /// Normalised similarity from which a name counts as a typo of another.
+        const TYPO: f64 = 0.7;
+        let wanted = name.to_lowercase();
+        let mut near: Vec<(f64, &str)> = snap
+            .tools()
+            .map(|t| t.tool.name.as_ref())
+            .map(|n| (strsim::normalized_damerau_levenshtein(&wanted, &n.to_lowercase()), n))
+            .filter(|(score, _)| *score >= TYPO)
+            .collect();
+        near.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        let mut out: Vec<String> = near.into_iter().take(MAX).map(|(_, n)| n.to_string()).collect();
+        if out.len() < MAX {
+            let words = name.replace(['_', '-', '.', '/'], " ");
+            let query = Query { description: words, keywords: Vec::new() };
+            let generation = &snap.generation;
+            let found = self.gw.store.search(generation, &snap.allow, &query, MAX, Ranker::KeywordOnly).await;
+            for hit in found.hits {
+                let n = generation.catalog.tools()[hit.slot as usize].tool.name.to_string();
+                if out.len() < MAX && !out.contains(&n) {
+                    out.push(n);
+                }
+            }
+        }
+        out
+    }
+
     /// Matches among tools whose backend is down: those that would rank with the returned ones.
     async fn unavailable(&self, snap: &Snapshot, query: &Query, returned: &[crate::index::Hit]) -> Vec<Unavailable> {
         let generation = &snap.generation;
@@ -211,12 +241,18 @@ impl GatewayHandler {
             return self.drive(call, ctx).await;
         }
         let Some(tool) = snap.tool(name) else {
+            let close = self.closest_names(snap, name).await;
+            let fix = match close.as_slice() {
+                [] => String::new(),
+                [one] => format!(" Did you mean {one}?"),
+                [init @ .., last] => format!(" Did you mean {} or {last}?", init.join(", ")),
+            };
             return match self.gw.mode {
                 Mode::Optimizer => Ok(meta::error_result(format!(
-                    "tool not found: {name}. Use find_tool to search for the tool you need, then call it by the exact name it returns."
+                    "tool not found: {name}.{fix} Call call_tool again with an exact name, or use find_tool to search for the tool you need."
                 ))
                 .into()),
-                Mode::Passthrough => Err(ErrorData::invalid_params(format!("tool not found: {name}"), None)),
+                Mode::Passthrough => Err(ErrorData::invalid_params(format!("tool not found: {name}.{fix}"), None)),
             };
         };
         let Some(backend) = self.gw.upstream.get(&tool.key.backend) else {

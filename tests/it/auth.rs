@@ -129,11 +129,27 @@ async fn policy_scopes_tools_resources_and_calls_per_principal() {
     // A tool outside the caller's scope is answered exactly like one that does not exist.
     let outside = bob.call_tool(rmcp::model::CallToolRequestParams::new("web_fetch_url")).await.unwrap_err();
     let missing = bob.call_tool(rmcp::model::CallToolRequestParams::new("no_such_tool")).await.unwrap_err();
+    // Suggestions come from the caller's own scope only, so they tell nothing of other tools.
+    let unsuggested = |e: String| match e.split_once(" Did you mean ") {
+        Some((head, tail)) => {
+            let named = tail.split_once('?').map_or("", |(n, _)| n);
+            for n in named.split([',', ' ']).filter(|w| !w.is_empty() && *w != "or") {
+                assert_eq!(n, "kit_echo", "a suggestion outside bob's scope: {e}");
+            }
+            format!("{head}{}", tail.split_once('?').map_or("", |(_, rest)| rest))
+        }
+        None => e,
+    };
     assert_eq!(
-        outside.to_string().replace("web_fetch_url", "X"),
-        missing.to_string().replace("no_such_tool", "X"),
+        unsuggested(outside.to_string()).replace("web_fetch_url", "X"),
+        unsuggested(missing.to_string()).replace("no_such_tool", "X"),
         "no tell-tale difference"
     );
+    // A misspelt name gets a fix-it, from the caller's scope only.
+    let typo = bob.call_tool(rmcp::model::CallToolRequestParams::new("kit_ecoh")).await.unwrap_err();
+    assert!(typo.to_string().contains("Did you mean kit_echo?"), "{typo}");
+    let denied = alice.call_tool(rmcp::model::CallToolRequestParams::new("kit_exti")).await.unwrap_err();
+    assert!(!denied.to_string().contains("kit_exit"), "a denied tool is never suggested: {denied}");
     assert_eq!(text(&call(&bob, "kit_echo", json!({"input": "hi"})).await), "hi");
     // Resources and prompts need the whole backend: Bob has one tool of kit and nothing of web.
     assert!(bob.list_all_prompts().await.unwrap().is_empty());

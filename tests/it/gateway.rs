@@ -340,3 +340,21 @@ async fn relayed_results_carry_result_type_for_2026_07_28_clients() {
     legacy.cancel().await.unwrap();
     app.shutdown().await;
 }
+
+/// call_tool with a misspelt name, or with words instead of the name, answers with the closest
+/// names the caller may use, as a fix-it the model can act on.
+#[tokio::test]
+async fn an_unknown_tool_name_gets_the_closest_names() {
+    let kit = http_backend("testkit").await;
+    let app = gateway(&http_backend_toml("kit", &kit.url), EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
+    let r = call(&c, "call_tool", json!({"tool_name": "kit_ehco", "parameters": {"input": "x"}})).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).starts_with("tool not found: kit_ehco. Did you mean kit_echo"), "{}", text(&r));
+    let r = call(&c, "call_tool", json!({"tool_name": "report_progress", "parameters": {}})).await;
+    assert!(text(&r).contains("kit_progress"), "by the words of the name: {}", text(&r));
+    let r = call(&c, "call_tool", json!({"tool_name": "zzz", "parameters": {}})).await;
+    assert!(!text(&r).contains("Did you mean"), "nothing close, nothing suggested: {}", text(&r));
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
