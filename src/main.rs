@@ -222,13 +222,15 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             if stdio {
                 let stop = tokio_util::sync::CancellationToken::new();
                 let on_signal = stop.clone();
-                tokio::spawn(async move {
-                    if stop_signal().await.is_ok() {
-                        on_signal.cancel();
-                        exit_on_second_signal().await;
-                    }
-                });
-                toolmux::app::serve_stdio(config, stop).await?;
+                let watch_signals = move |children| {
+                    tokio::spawn(async move {
+                        if stop_signal().await.is_ok() {
+                            on_signal.cancel();
+                            exit_on_second_signal(children).await;
+                        }
+                    });
+                };
+                toolmux::app::serve_stdio(config, stop, watch_signals).await?;
                 return Ok(ExitCode::SUCCESS);
             }
             let path = config.server.path.clone();
@@ -350,7 +352,7 @@ async fn serve_until_signal(app: App, grace: Duration, reload: Option<Reload>) -
         "stopping: no new sessions; running requests have up to {} to finish",
         humantime::format_duration(grace)
     );
-    tokio::spawn(exit_on_second_signal());
+    tokio::spawn(exit_on_second_signal(app.gateway.upstream.children()));
     app.stop(grace).await;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
@@ -369,10 +371,10 @@ async fn stop_signal() -> std::io::Result<()> {
 }
 
 /// A second stop signal during a graceful stop: end the stdio backends and exit now.
-async fn exit_on_second_signal() {
+async fn exit_on_second_signal(children: toolmux::upstream::children::Groups) {
     if stop_signal().await.is_ok() {
         eprintln!("toolmux: second signal; exiting without waiting for running calls");
-        toolmux::upstream::children::kill_all_now();
+        children.kill_all_now();
         std::process::exit(130);
     }
 }

@@ -220,7 +220,7 @@ impl App {
         if tokio::time::timeout(DRAIN, self.tasks.wait()).await.is_err() {
             tracing::warn!("some tasks did not stop within {DRAIN:?}");
         }
-        crate::upstream::children::terminate_all(CHILD_GRACE).await;
+        self.gateway.upstream.children().terminate_all(CHILD_GRACE).await;
     }
 }
 
@@ -298,11 +298,17 @@ fn same_catalog(a: &Catalog, b: &Catalog) -> bool {
 
 /// Serves one client over stdin/stdout (for desktop clients that launch their servers).
 ///
-/// A stop (`stop` cancelled) lets running calls finish first, as over HTTP.
-pub async fn serve_stdio(config: Config, stop: CancellationToken) -> anyhow::Result<()> {
+/// A stop (`stop` cancelled) lets running calls finish first, as over HTTP. `started` is given
+/// the gateway's stdio process groups once it runs (for a second signal to end them).
+pub async fn serve_stdio(
+    config: Config,
+    stop: CancellationToken,
+    started: impl FnOnce(crate::upstream::children::Groups),
+) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
     let grace = config.server.shutdown_grace;
     let app = App::start(config, Options { http: false, ..Options::default() }).await?;
+    started(app.gateway.upstream.children());
     app.ready(Duration::from_secs(60)).await;
     let service = crate::mcp::GatewayHandler::new(app.gateway.clone()).serve(rmcp::transport::stdio()).await?;
     let client = service.cancellation_token();

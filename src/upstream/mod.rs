@@ -147,6 +147,8 @@ pub struct Backend {
     /// Cancelled when the gateway stops or a reload removes or replaces this backend: its
     /// supervisor, health probes and per-client sessions end; calls under way finish.
     retired: CancellationToken,
+    /// The gateway's registry of stdio process groups.
+    groups: children::Groups,
     /// The last failed connection attempt, and when (for `/status`).
     last_error: std::sync::Mutex<Option<(String, std::time::SystemTime)>>,
 }
@@ -175,8 +177,10 @@ impl Backend {
         changes: watch::Sender<u64>,
         relay: Arc<dyn client::Relay>,
         retired: CancellationToken,
+        groups: children::Groups,
     ) -> Arc<Self> {
         Arc::new(Self {
+            groups,
             instance: session::next_conn(),
             retired,
             last_error: Default::default(),
@@ -462,7 +466,7 @@ impl Backend {
                 wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
                 let transport =
                     TokioChildProcess::new(wrapped).map_err(|e| anyhow::anyhow!("cannot start `{command}`: {e}"))?;
-                handler.group = transport.id().and_then(children::Group::register);
+                handler.group = transport.id().and_then(|pid| self.groups.register(pid));
                 handler.serve_with_lifecycle(transport, self.lifecycle()).await?
             }
         };
@@ -734,14 +738,23 @@ pub struct Upstream {
     ct: CancellationToken,
     /// Serialises changes to the set.
     writer: std::sync::Mutex<()>,
+    groups: children::Groups,
 }
 
 impl Upstream {
     pub fn new(configs: &[BackendConfig], relay: Arc<dyn client::Relay>, ct: CancellationToken) -> Self {
         let (changes, _) = watch::channel(0);
-        let backends =
-            configs.iter().map(|c| Backend::new(c.clone(), changes.clone(), relay.clone(), ct.child_token())).collect();
-        Self { backends: ArcSwap::from_pointee(backends), changes, relay, ct, writer: Default::default() }
+        let groups = children::Groups::default();
+        let backends = configs
+            .iter()
+            .map(|c| Backend::new(c.clone(), changes.clone(), relay.clone(), ct.child_token(), groups.clone()))
+            .collect();
+        Self { backends: ArcSwap::from_pointee(backends), changes, relay, ct, writer: Default::default(), groups }
+    }
+
+    /// The process groups of every stdio backend started by these backends.
+    pub fn children(&self) -> children::Groups {
+        self.groups.clone()
     }
 
     /// The backends now, in configuration order.
@@ -757,7 +770,8 @@ impl Upstream {
     /// supervisor is the caller's to start.
     pub fn add(&self, config: BackendConfig) -> Arc<Backend> {
         let _w = self.writer.lock().expect("upstream writer");
-        let backend = Backend::new(config, self.changes.clone(), self.relay.clone(), self.ct.child_token());
+        let backend =
+            Backend::new(config, self.changes.clone(), self.relay.clone(), self.ct.child_token(), self.groups.clone());
         let mut next: Vec<Arc<Backend>> = self.backends.load().iter().cloned().collect();
         match next.iter().position(|b| b.name() == backend.name()) {
             Some(i) => std::mem::replace(&mut next[i], backend.clone()).retired.cancel(),
