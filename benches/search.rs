@@ -1,5 +1,6 @@
 //! Search benchmarks: query and batch embedding, dense search by catalog size and allow-list
-//! share (exact, HNSW, and the plan find_tool uses), snapshot builds, and find_tool end to end.
+//! share (exact, HNSW, and the plan find_tool uses), and snapshot builds. find_tool end to end
+//! is `benches/find_tool.rs`.
 //! Before timing, each catalog's HNSW recall@10 against the exact scan is checked (≥ 0.99), and
 //! the snapshot memory target is checked. Process memory is `benches/footprint.rs`'s business.
 
@@ -149,46 +150,6 @@ fn benches(c: &mut Criterion) {
             for _ in 0..1000 {
                 black_box(scope(generation.clone(), &|b| b != "b3", &AllowAll, &Caller::anonymous()));
             }
-        })
-    });
-    g.finish();
-
-    // find_tool end to end through the handler, over the demo catalog and a 10k catalog.
-    let gw_store = Arc::new(toolmux::store::Store::new(Some(m.clone()), None));
-    let demo_tools: Vec<CatalogTool> = toolmux::demo::backends()
-        .into_iter()
-        .flat_map(|b| {
-            let name = b.name.clone();
-            b.tools.into_iter().map(move |t| {
-                let key = ToolKey { backend: Arc::from(name.as_str()), tool: Arc::from(&*t.name) };
-                let mut exposed = t.clone();
-                exposed.name = format!("{name}_{}", t.name).into();
-                CatalogTool::new(key, exposed)
-            })
-        })
-        .collect();
-    rt.block_on(gw_store.rebuild(toolmux::catalog::Catalog::from_tools(demo_tools)));
-    let gw = optimizer_gateway(gw_store.clone());
-    let handler = toolmux::mcp::GatewayHandler::new(gw.clone());
-    let generation = gw_store.current();
-    let all = scope(generation, &|_| true, &AllowAll, &Caller::anonymous());
-    let mut g = c.benchmark_group("find_tool");
-    g.sample_size(30).measurement_time(Duration::from_secs(8));
-    let args = |q: &str| {
-        let mut a = serde_json::Map::new();
-        a.insert("tool_description".into(), q.into());
-        a
-    };
-    let repeated = args("create a pull request on a code repository");
-    g.bench_function("demo_catalog_repeated_query", |b| {
-        b.iter(|| black_box(rt.block_on(handler.find_tool(Some(&repeated), &all))))
-    });
-    let mut n = 0u64;
-    g.bench_function("demo_catalog_new_query", |b| {
-        b.iter(|| {
-            n += 1;
-            let a = args(&format!("send a chat message to the team {n}"));
-            black_box(rt.block_on(handler.find_tool(Some(&a), &all)))
         })
     });
     g.finish();

@@ -98,6 +98,25 @@ enum Command {
         #[arg(long, value_enum, default_value = "full")]
         text_form: toolmux::eval::TextForm,
     },
+    /// How often find_tool's match verdict is right: answerable, no-fit and translated queries.
+    EvalVerdict {
+        /// A folder with tools.jsonl and queries.dev.jsonl; give two or more.
+        #[arg(long = "set", required = true)]
+        sets: Vec<PathBuf>,
+        /// Translated queries (JSON Lines with `query` and `lang`), asked of the metatool catalog.
+        #[arg(long)]
+        multilingual: Option<PathBuf>,
+        #[arg(long)]
+        model_dir: Option<PathBuf>,
+    },
+    /// Compare fusion variants across evaluation sets by cross-validation (docs/search.md).
+    EvalStudy {
+        /// A folder with tools.jsonl and queries.dev.jsonl; give two or more.
+        #[arg(long = "set", required = true)]
+        sets: Vec<PathBuf>,
+        #[arg(long)]
+        model_dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -276,6 +295,14 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 println!("http://{}/mcp", listener.local_addr()?);
                 toolmux::demo::serve_http(backend, listener, tokio_util::sync::CancellationToken::new()).await?;
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::EvalVerdict { sets, multilingual, model_dir } => {
+            toolmux::eval::verdict::run(&sets, multilingual.as_deref(), model_dir.as_deref()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::EvalStudy { sets, model_dir } => {
+            toolmux::eval::study::run(&sets, model_dir.as_deref()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Eval { tools, queries, k, out, model_dir, text_form } => {

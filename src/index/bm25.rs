@@ -118,11 +118,18 @@ pub struct Bm25Index {
     postings: HashMap<String, Vec<(Slot, u16)>>,
     doc_len: Vec<u32>,
     avg_len: f32,
+    k1: f32,
+    b: f32,
 }
 
 impl Bm25Index {
     /// Indexes one document per slot, in slot order.
     pub fn build<'a>(docs: impl IntoIterator<Item = &'a str>) -> Self {
+        Self::build_with(docs, K1, B)
+    }
+
+    /// As [`Bm25Index::build`] with other saturation (`k1`) and length normalisation (`b`).
+    pub fn build_with<'a>(docs: impl IntoIterator<Item = &'a str>, k1: f32, b: f32) -> Self {
         let mut postings: HashMap<String, Vec<(Slot, u16)>> = HashMap::new();
         let mut doc_len = Vec::new();
         for (slot, doc) in docs.into_iter().enumerate() {
@@ -137,7 +144,7 @@ impl Bm25Index {
             }
         }
         let avg_len = if doc_len.is_empty() { 1.0 } else { doc_len.iter().sum::<u32>() as f32 / doc_len.len() as f32 };
-        Self { postings, doc_len, avg_len: avg_len.max(1.0) }
+        Self { postings, doc_len, avg_len: avg_len.max(1.0), k1, b }
     }
 
     pub fn len(&self) -> usize {
@@ -166,7 +173,8 @@ impl Bm25Index {
                 }
                 let tf = tf as f32;
                 let len = self.doc_len[slot as usize] as f32;
-                let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / self.avg_len));
+                let (k1, b) = (self.k1, self.b);
+                let s = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * len / self.avg_len));
                 *scores.entry(slot).or_default() += s;
             }
         }

@@ -12,12 +12,91 @@ use super::{Hit, Slot, top_k};
 /// RRF's rank offset.
 pub const RRF_K: f32 = 60.0;
 
+/// How two arms' rankings become one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fusion {
+    /// Reciprocal rank: `w / (k + rank)`, the dense arm weighted `dense`, the keyword arm `1 - dense`.
+    Rrf { k: f32, dense: f32 },
+    /// Each arm's scores normalised per query, then `dense · d + (1 - dense) · k`.
+    Convex { norm: Normalise, dense: f32 },
+}
+
+/// Per-query score normalisation over an arm's ranked hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Normalise {
+    /// `(s - last) / (first - last)`, both arms.
+    MinMax,
+    /// Dense as [`Normalise::MinMax`]; BM25 as `s / first` (its floor is a score of 0).
+    Max,
+    /// `(s - mean) / std` over the arm's hits.
+    ZScore,
+}
+
+impl std::fmt::Display for Fusion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fusion::Rrf { k, dense } => write!(f, "RRF k {k}, dense {dense}"),
+            Fusion::Convex { norm, dense } => write!(f, "{norm:?}, dense {dense}"),
+        }
+    }
+}
+
+/// Normalised scores of one arm (best first), and the value for a tool the arm did not rank.
+fn normalised(hits: &[Hit], norm: Normalise, floor_zero: bool) -> (Vec<f32>, f32) {
+    let Some(first) = hits.first().map(|h| h.score) else { return (Vec::new(), 0.0) };
+    let last = hits.last().map(|h| h.score).unwrap_or(first);
+    match norm {
+        Normalise::Max if floor_zero => {
+            let top = if first > 0.0 { first } else { 1.0 };
+            (hits.iter().map(|h| h.score / top).collect(), 0.0)
+        }
+        Normalise::MinMax | Normalise::Max => {
+            let range = first - last;
+            let v = hits.iter().map(|h| if range > 0.0 { (h.score - last) / range } else { 1.0 }).collect();
+            (v, 0.0)
+        }
+        Normalise::ZScore => {
+            let n = hits.len() as f32;
+            let mean = hits.iter().map(|h| h.score).sum::<f32>() / n;
+            let var = hits.iter().map(|h| (h.score - mean).powi(2)).sum::<f32>() / n;
+            let sd = if var > 0.0 { var.sqrt() } else { 1.0 };
+            let v: Vec<f32> = hits.iter().map(|h| (h.score - mean) / sd).collect();
+            let floor = v.last().copied().unwrap_or(0.0);
+            (v, floor)
+        }
+    }
+}
+
+/// Merges the dense and keyword rankings (each best first) into the best `n`.
+pub fn fuse(fusion: Fusion, dense: &[Hit], keyword: &[Hit], n: usize) -> Vec<Hit> {
+    match fusion {
+        Fusion::Rrf { k, dense: w } => rrf_k(&[(dense, w), (keyword, 1.0 - w)], k, n),
+        Fusion::Convex { norm, dense: w } => {
+            let (d, d_floor) = normalised(dense, norm, false);
+            let (kw, k_floor) = normalised(keyword, norm, true);
+            let mut scores: HashMap<Slot, (f32, f32)> = HashMap::new();
+            for (h, s) in dense.iter().zip(&d) {
+                scores.entry(h.slot).or_insert((d_floor, k_floor)).0 = *s;
+            }
+            for (h, s) in keyword.iter().zip(&kw) {
+                scores.entry(h.slot).or_insert((d_floor, k_floor)).1 = *s;
+            }
+            let hits = scores.into_iter().map(|(slot, (d, k))| Hit { slot, score: w * d + (1.0 - w) * k }).collect();
+            top_k(hits, n)
+        }
+    }
+}
+
 /// Fuses rankings (best first) with per-arm weights, returning the best `n`.
 pub fn rrf(arms: &[(&[Hit], f32)], n: usize) -> Vec<Hit> {
+    rrf_k(arms, RRF_K, n)
+}
+
+fn rrf_k(arms: &[(&[Hit], f32)], k: f32, n: usize) -> Vec<Hit> {
     let mut scores: HashMap<Slot, f32> = HashMap::new();
     for (hits, weight) in arms {
         for (rank, h) in hits.iter().enumerate() {
-            *scores.entry(h.slot).or_default() += weight / (RRF_K + rank as f32 + 1.0);
+            *scores.entry(h.slot).or_default() += weight / (k + rank as f32 + 1.0);
         }
     }
     top_k(scores.into_iter().map(|(slot, score)| Hit { slot, score }).collect(), n)
@@ -29,6 +108,33 @@ mod tests {
 
     fn hits(slots: &[Slot]) -> Vec<Hit> {
         slots.iter().map(|&slot| Hit { slot, score: 0.0 }).collect()
+    }
+
+    fn scored(pairs: &[(Slot, f32)]) -> Vec<Hit> {
+        pairs.iter().map(|&(slot, score)| Hit { slot, score }).collect()
+    }
+
+    #[test]
+    fn convex_fusion_weighs_how_far_a_tool_stands_out() {
+        // The keyword arm is sure of 7 (far above its others); the dense arm barely prefers 1.
+        let dense = scored(&[(1, 0.52), (7, 0.51), (2, 0.50), (3, 0.49)]);
+        let keyword = scored(&[(7, 12.0), (2, 2.0), (3, 1.5), (1, 1.0)]);
+        for norm in [Normalise::ZScore, Normalise::MinMax, Normalise::Max] {
+            let fused = fuse(Fusion::Convex { norm, dense: 0.5 }, &dense, &keyword, 3);
+            assert_eq!(fused[0].slot, 7, "{norm:?}: {fused:?}");
+            assert_eq!(fused.len(), 3);
+        }
+        // All weight on one arm reproduces its order.
+        let only_dense = fuse(Fusion::Convex { norm: Normalise::ZScore, dense: 1.0 }, &dense, &keyword, 4);
+        assert_eq!(only_dense.iter().map(|h| h.slot).collect::<Vec<_>>(), vec![1, 7, 2, 3]);
+    }
+
+    #[test]
+    fn a_tool_one_arm_missed_scores_that_arms_floor() {
+        let dense = scored(&[(1, 0.9), (2, 0.5)]);
+        let fused = fuse(Fusion::Convex { norm: Normalise::ZScore, dense: 0.5 }, &dense, &[], 5);
+        assert_eq!(fused.iter().map(|h| h.slot).collect::<Vec<_>>(), vec![1, 2], "an empty arm changes nothing");
+        assert!(fused.iter().all(|h| h.score.is_finite()));
     }
 
     #[test]

@@ -111,7 +111,12 @@ impl GatewayHandler {
         let unavailable = self.unavailable(snap, &query, &result.hits).await;
         let mode =
             serde_json::to_value(result.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        meta::find_result(tools, TokenMetrics::new(snap.baseline_tokens, returned), &mode, unavailable)
+        let matched = meta::Match {
+            verdict: result.verdict,
+            scores: result.similarity,
+            non_english: crate::catalog::text::mostly_non_latin(&query.description),
+        };
+        meta::find_result(tools, &matched, TokenMetrics::new(snap.baseline_tokens, returned), &mode, unavailable)
     }
 
     /// Up to three names in `snap` (never outside it) closest to an unknown `name`: the nearest

@@ -8,13 +8,15 @@ use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool, ToolAnnotation
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use crate::store::Verdict;
+
 pub const FIND_TOOL: &str = "find_tool";
 pub const CALL_TOOL: &str = "call_tool";
 
 pub const FIND_TOOL_DESCRIPTION: &str = "Find the tools that can do a task. Describe the capability you need in plain language \
 (tool_description) and optionally give keywords (tool_keywords); returns the best-matching tools with their full \
-input schemas. Then run one with call_tool. Call this before call_tool whenever you need a tool you have not \
-found yet.";
+input schemas and how well they match (match: good, weak or none). Then run one with call_tool. Call this before \
+call_tool whenever you need a tool you have not found yet.";
 pub const CALL_TOOL_DESCRIPTION: &str = "Run a tool found by find_tool. Give its exact name as tool_name and its \
 arguments, matching the tool's inputSchema, as parameters. Returns the tool's own result.";
 
@@ -201,18 +203,55 @@ pub struct Unavailable {
     pub next_retry_secs: Option<u64>,
 }
 
+/// How well a find_tool answer matched: the verdict, each tool's similarity (in `tools` order;
+/// empty when only the keyword arm ran) and whether the request was in a script the model cannot
+/// read.
+#[derive(Debug, Clone)]
+pub struct Match {
+    pub verdict: Verdict,
+    pub scores: Vec<f32>,
+    pub non_english: bool,
+}
+
+impl Match {
+    /// What the agent should know beyond the verdict's name; nothing when the match is good.
+    fn note(&self) -> Option<&'static str> {
+        match (self.verdict, self.non_english) {
+            (Verdict::Good, _) => None,
+            (_, true) => Some(
+                "Tool search reads English only: describe the capability you need in English and call find_tool again.",
+            ),
+            (Verdict::Weak, false) => Some(
+                "These tools are only loosely related to the request: read a tool's description before calling it, or call find_tool again with other words.",
+            ),
+            (Verdict::None, false) => Some(
+                "No tool available to you fits this request; the closest ones are listed anyway. Do not call them for this request unless a description says they do what you need.",
+            ),
+        }
+    }
+}
+
 /// find_tool's answer, as JSON text and as structuredContent.
 pub fn find_result(
     tools: Vec<&Tool>,
+    matched: &Match,
     metrics: TokenMetrics,
     mode: &str,
     unavailable: Vec<Unavailable>,
 ) -> CallToolResult {
     let mut body = json!({
         "tools": tools,
+        "match": matched.verdict,
         "token_metrics": metrics,
         "search_mode": mode,
     });
+    if !matched.scores.is_empty() {
+        let scores: Vec<f64> = matched.scores.iter().map(|s| (*s as f64 * 1000.0).round() / 1000.0).collect();
+        body["scores"] = json!(scores);
+    }
+    if let Some(note) = matched.note() {
+        body["note"] = json!(note);
+    }
     if !unavailable.is_empty() {
         body["unavailable"] = serde_json::to_value(unavailable).expect("serialisable");
     }

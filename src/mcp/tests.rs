@@ -54,7 +54,13 @@ fn token_metrics_savings() {
 
 #[test]
 fn find_result_carries_the_same_json_twice_and_tools_is_always_an_array() {
-    let r = find_result(vec![], TokenMetrics::new(10, 0), "hybrid", vec![]);
+    let r = find_result(
+        vec![],
+        &Match { verdict: crate::store::Verdict::None, scores: vec![], non_english: false },
+        TokenMetrics::new(10, 0),
+        "hybrid",
+        vec![],
+    );
     let sc = r.structured_content.clone().unwrap();
     assert_eq!(sc["tools"], json!([]));
     let text = r.content[0].as_text().unwrap().text.clone();

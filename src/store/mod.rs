@@ -13,12 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwap;
 
 use crate::catalog::Catalog;
+use crate::catalog::text::{clauses, keyword_text, mostly_non_latin};
 use crate::embed::cache::VectorCache;
 use crate::embed::{EmbedError, Embedder};
 use crate::index::bm25::{Bm25Index, terms};
 use crate::index::dense::{DenseIndex, GRAPH_MIN_SLOTS, Plan};
-use crate::index::fusion::rrf;
-use crate::index::{AllowList, Hit};
+use crate::index::fusion::{self, Fusion, Normalise};
+use crate::index::{AllowList, Hit, top_k};
 
 /// How deep each arm ranks before fusion.
 const ARM_DEPTH: usize = 50;
@@ -27,9 +28,50 @@ const QUERY_CACHE: usize = 512;
 /// Texts per embedding job while building a generation, so queries interleave with a rebuild.
 const BUILD_CHUNK: usize = 64;
 
-/// Weights of the two arms in the fusion (dense, keyword); see docs/search.md.
-pub const DENSE_WEIGHT: f32 = 1.0;
-pub const KEYWORD_WEIGHT: f32 = 1.0;
+/// How the two arms merge: each arm's scores z-normalised over its ranked tools, then averaged.
+/// Chosen by cross-validation over the dev sets (`toolmux eval-study`; docs/search.md).
+pub const FUSION: Fusion = Fusion::Convex { norm: Normalise::ZScore, dense: 0.5 };
+/// A request of several clauses is also searched clause by clause; a tool keeps its best fused
+/// score, a clause's scaled by this (so the whole request leads when it is clear).
+pub const CLAUSE_WEIGHT: f32 = 0.8;
+/// At most this many clauses are searched apart (the rest only as part of the whole).
+const MAX_CLAUSES: usize = 4;
+
+/// How well the best tool fits, from its cosine similarity to the request (or a clause of it).
+/// Calibrated with `toolmux eval-verdict` on the dev sets and a no-fit set built from them
+/// (docs/search.md): below [`WEAK_BELOW`] is "weak", below [`NONE_BELOW`] is "none".
+pub const WEAK_BELOW: f32 = 0.44;
+pub const NONE_BELOW: f32 = 0.28;
+
+/// find_tool's overall verdict on a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The best tool fits the request.
+    Good,
+    /// Something is related, but it may not do what was asked.
+    Weak,
+    /// Nothing in scope fits; the closest tools are returned anyway.
+    None,
+}
+
+impl Verdict {
+    fn of_similarity(best: f32) -> Self {
+        if best < NONE_BELOW {
+            Verdict::None
+        } else if best < WEAK_BELOW {
+            Verdict::Weak
+        } else {
+            Verdict::Good
+        }
+    }
+}
+
+/// The keyword index of a catalog (see [`keyword_text`]).
+fn keyword_index(catalog: &Catalog) -> Bm25Index {
+    let docs: Vec<String> = catalog.tools().iter().map(|t| keyword_text(&t.text, t.name())).collect();
+    Bm25Index::build(docs.iter().map(String::as_str))
+}
 
 /// One immutable catalog with its indexes.
 pub struct Generation {
@@ -89,7 +131,7 @@ impl Generation {
 
     /// A generation of `catalog` with a keyword index only (tests, benchmarks).
     pub fn keyword_only(catalog: Catalog) -> Self {
-        let keyword = Bm25Index::build(catalog.tools().iter().map(|t| t.text.as_str()));
+        let keyword = keyword_index(&catalog);
         Self::new(0, catalog, None, keyword)
     }
 }
@@ -121,6 +163,11 @@ pub enum Ranker {
 #[derive(Debug, Clone)]
 pub struct SearchResult {
     pub hits: Vec<Hit>,
+    /// Each hit's cosine similarity to the request (the best over its clauses), in hit order;
+    /// empty when the dense arm did not run.
+    pub similarity: Vec<f32>,
+    /// How well the best hit fits.
+    pub verdict: Verdict,
     pub mode: SearchMode,
     pub plan: Option<Plan>,
     /// Where the time went.
@@ -216,7 +263,7 @@ impl Store {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let graph_min = self.graph_min;
         let generation = tokio::task::spawn_blocking(move || {
-            let keyword = Bm25Index::build(catalog.tools().iter().map(|t| t.text.as_str()));
+            let keyword = keyword_index(&catalog);
             let dense = dense.map(|(dim, data)| DenseIndex::build(dim, data, graph_min));
             Generation::new(id, catalog, dense, keyword)
         })
@@ -274,18 +321,38 @@ impl Store {
         Ok(data)
     }
 
-    async fn query_vector(&self, e: &dyn Embedder, text: &str) -> Result<Arc<Vec<f32>>, EmbedError> {
-        if let Some(v) = self.queries.lock().expect("query cache").get(text) {
-            return Ok(v);
+    /// Vectors of `texts`, from the query cache or one model call for those not in it.
+    async fn query_vectors(&self, e: &dyn Embedder, texts: &[String]) -> Result<Vec<Arc<Vec<f32>>>, EmbedError> {
+        let mut found: Vec<Option<Arc<Vec<f32>>>> = {
+            let mut cache = self.queries.lock().expect("query cache");
+            texts.iter().map(|t| cache.get(t)).collect()
+        };
+        let missing: Vec<String> =
+            texts.iter().zip(&found).filter(|(_, v)| v.is_none()).map(|(t, _)| t.clone()).collect();
+        if !missing.is_empty() {
+            let fresh = e.embed(missing.clone()).await?;
+            if fresh.len() != missing.len() {
+                return Err(EmbedError::Stopped);
+            }
+            self.counters.queries_embedded.fetch_add(missing.len() as u64, Ordering::Relaxed);
+            let mut cache = self.queries.lock().expect("query cache");
+            let mut fresh = missing.iter().zip(fresh);
+            for slot in found.iter_mut().filter(|v| v.is_none()) {
+                if let Some((text, v)) = fresh.next() {
+                    let v = Arc::new(v);
+                    cache.put(text, v.clone());
+                    *slot = Some(v);
+                }
+            }
         }
-        let v = e.embed(vec![text.to_string()]).await?.pop().ok_or(EmbedError::Stopped)?;
-        self.counters.queries_embedded.fetch_add(1, Ordering::Relaxed);
-        let v = Arc::new(v);
-        self.queries.lock().expect("query cache").put(text, v.clone());
-        Ok(v)
+        Ok(found.into_iter().map(|v| v.unwrap_or_default()).collect())
     }
 
     /// Ranks the allowed tools of `generation` for `query`; at most `n` hits.
+    ///
+    /// The request and, when it holds several, each of its [`clauses`] are searched by both
+    /// arms and fused ([`FUSION`]); a tool keeps its best score (a clause's scaled by
+    /// [`CLAUSE_WEIGHT`]), so each part of a multi-part request gets its tools into the list.
     pub async fn search(
         &self,
         generation: &Generation,
@@ -297,6 +364,8 @@ impl Store {
         if allow.is_empty() || n == 0 {
             return SearchResult {
                 hits: Vec::new(),
+                similarity: Vec::new(),
+                verdict: Verdict::None,
                 mode: SearchMode::Hybrid,
                 plan: None,
                 timings: Timings::default(),
@@ -304,64 +373,99 @@ impl Store {
         }
         debug_assert_eq!(allow.universe(), generation.catalog.len(), "allow-list of another generation");
         let started = std::time::Instant::now();
-        let mut kw_terms = terms(&query.description);
+        let mut extra_terms = Vec::new();
         for k in &query.keywords {
             // Explicit keywords count twice: the caller chose them for this arm.
             let t = terms(k);
-            kw_terms.extend(t.iter().cloned());
-            kw_terms.extend(t);
+            extra_terms.extend(t.iter().cloned());
+            extra_terms.extend(t);
         }
+        // The whole request first, then its clauses when it has more than one.
+        let mut texts = vec![query.description.clone()];
+        if ranker == Ranker::Fused {
+            let parts = clauses(&query.description);
+            if parts.len() > 1 {
+                texts.extend(parts.into_iter().take(MAX_CLAUSES));
+            }
+        }
+        let depth = ARM_DEPTH.max(n);
         let mut timings = Timings::default();
-        let keyword = |timings: &mut Timings| {
+        let keyword = |text: &str, timings: &mut Timings, whole: bool| {
+            let mut t = terms(text);
+            if whole {
+                t.extend(extra_terms.iter().cloned());
+            }
             let at = std::time::Instant::now();
-            let hits = tracing::debug_span!("keyword_search")
-                .in_scope(|| generation.keyword.search(&kw_terms, allow, ARM_DEPTH.max(n)));
+            let hits = tracing::debug_span!("keyword_search").in_scope(|| generation.keyword.search(&t, allow, depth));
             timings.search += at.elapsed();
             hits
         };
-        let dense = match (&generation.dense, &self.embedder, ranker) {
+        let vectors = match (&generation.dense, &self.embedder, ranker) {
             (_, _, Ranker::KeywordOnly) => None,
-            (Some(d), Some(e), _) => match tracing::Instrument::instrument(
-                self.query_vector(e.as_ref(), &query.description),
-                tracing::debug_span!("embed_query"),
-            )
-            .await
-            {
-                Ok(q) => {
-                    let at = std::time::Instant::now();
-                    let found = tracing::debug_span!("dense_search").in_scope(|| d.search(&q, allow, ARM_DEPTH.max(n)));
-                    timings.search += at.elapsed();
-                    Some(found)
+            (Some(_), Some(e), _) => {
+                let embedded = tracing::Instrument::instrument(
+                    self.query_vectors(e.as_ref(), &texts),
+                    tracing::debug_span!("embed_query"),
+                )
+                .await;
+                match embedded {
+                    Ok(v) => Some(v),
+                    Err(err) => {
+                        tracing::warn!(%err, "query not embedded; answering from the keyword arm");
+                        None
+                    }
                 }
-                Err(err) => {
-                    tracing::warn!(%err, "query not embedded; answering from the keyword arm");
-                    None
-                }
-            },
+            }
             _ => None,
         };
-        // Everything before the index searches was the query's embedding.
-        timings.embed = started.elapsed().saturating_sub(timings.search);
-        match (dense, ranker) {
-            (Some((d, plan)), Ranker::DenseOnly) => SearchResult {
-                hits: d.into_iter().take(n).collect(),
-                mode: SearchMode::Dense,
-                plan: Some(plan),
+        timings.embed = started.elapsed();
+        let (Some(dense), Some(vectors)) = (&generation.dense, vectors) else {
+            let hits: Vec<Hit> = keyword(&query.description, &mut timings, true).into_iter().take(n).collect();
+            let verdict = if hits.is_empty() { Verdict::None } else { Verdict::Weak };
+            return SearchResult {
+                hits,
+                similarity: Vec::new(),
+                verdict,
+                mode: SearchMode::Keyword,
+                plan: None,
                 timings,
-            },
-            (Some((d, plan)), _) => {
-                let k = keyword(&mut timings);
-                let at = std::time::Instant::now();
-                let hits =
-                    tracing::debug_span!("fuse").in_scope(|| rrf(&[(&d, DENSE_WEIGHT), (&k, KEYWORD_WEIGHT)], n));
-                timings.fuse = at.elapsed();
-                SearchResult { hits, mode: SearchMode::Hybrid, plan: Some(plan), timings }
+            };
+        };
+        let mut plan = None;
+        let mut best: HashMap<u32, f32> = HashMap::new();
+        for (i, (text, vector)) in texts.iter().zip(&vectors).enumerate() {
+            let at = std::time::Instant::now();
+            let (d, p) = tracing::debug_span!("dense_search").in_scope(|| dense.search(vector, allow, depth));
+            timings.search += at.elapsed();
+            plan.get_or_insert(p);
+            if ranker == Ranker::DenseOnly {
+                best.extend(d.iter().map(|h| (h.slot, h.score)));
+                break;
             }
-            (None, _) => {
-                let hits = keyword(&mut timings).into_iter().take(n).collect();
-                SearchResult { hits, mode: SearchMode::Keyword, plan: None, timings }
+            let k = keyword(text, &mut timings, i == 0);
+            let at = std::time::Instant::now();
+            let weight = if i == 0 { 1.0 } else { CLAUSE_WEIGHT };
+            for h in tracing::debug_span!("fuse").in_scope(|| fusion::fuse(FUSION, &d, &k, depth)) {
+                let score = best.entry(h.slot).or_insert(f32::MIN);
+                *score = score.max(weight * h.score);
             }
+            timings.fuse += at.elapsed();
         }
+        let hits = top_k(best.into_iter().map(|(slot, score)| Hit { slot, score }).collect(), n);
+        let similarity: Vec<f32> = hits
+            .iter()
+            .map(|h| {
+                let v = dense.vector(h.slot);
+                vectors.iter().map(|q| crate::index::dense::dot(q, v)).fold(f32::MIN, f32::max)
+            })
+            .collect();
+        let verdict = if mostly_non_latin(&query.description) {
+            Verdict::None
+        } else {
+            Verdict::of_similarity(similarity.iter().copied().fold(f32::MIN, f32::max))
+        };
+        let mode = if ranker == Ranker::DenseOnly { SearchMode::Dense } else { SearchMode::Hybrid };
+        SearchResult { hits, similarity, verdict, mode, plan, timings }
     }
 }
 

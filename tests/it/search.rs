@@ -88,6 +88,49 @@ async fn the_reference_quality_queries_rank_within_the_top_8() {
     app.shutdown().await;
 }
 
+/// Every answer says how well it matched: `good` with per-tool scores for a request the demo
+/// catalog serves, a flag (`weak`/`none`) and a plain note for one it cannot ("book a flight to
+/// Paris" only finds calendar tools) and for a request in a script the model cannot read; the
+/// tools are returned either way. A request of two parts gets tools for both.
+#[tokio::test]
+async fn find_tool_says_how_well_it_matched_and_serves_each_part_of_a_request() {
+    let (app, _servers) =
+        demo_gateway(&format!("[optimizer]\ncache_dir = \"{}\"\n", shared_cache_dir()), with_model()).await;
+    let (c, _) = client(&app).await;
+    let answer = |r: rmcp::model::CallToolResult| r.structured_content.expect("structured content");
+
+    let good =
+        answer(call(&c, "find_tool", json!({"tool_description": "create a pull request on a code repository"})).await);
+    assert_eq!(good["match"], "good", "{good}");
+    assert!(good.get("note").is_none());
+    let scores: Vec<f64> = good["scores"].as_array().unwrap().iter().map(|s| s.as_f64().unwrap()).collect();
+    assert_eq!(scores.len(), good["tools"].as_array().unwrap().len());
+    assert!(scores.iter().all(|s| (-1.0..=1.0).contains(s)));
+    assert!(scores[0] >= toolmux::store::WEAK_BELOW as f64, "{scores:?}");
+
+    for request in ["book a flight to Paris for next Tuesday", "帮我预订一张去巴黎的机票"] {
+        let r = answer(call(&c, "find_tool", json!({"tool_description": request})).await);
+        assert_ne!(r["match"], "good", "{request:?} → {r}");
+        assert_eq!(r["tools"].as_array().unwrap().len(), 8, "the closest tools are still returned");
+        assert!(r["note"].as_str().is_some_and(|n| !n.is_empty()), "{r}");
+    }
+    let chinese = answer(call(&c, "find_tool", json!({"tool_description": "帮我预订一张去巴黎的机票"})).await);
+    assert_eq!(chinese["match"], "none");
+    assert!(chinese["note"].as_str().unwrap().contains("English"), "{chinese}");
+
+    let both = call(
+        &c,
+        "find_tool",
+        json!({"tool_description": "Create a pull request on my repository. Also, list the storage buckets of our cloud account."}),
+    )
+    .await;
+    let names = found(&both);
+    assert!(names.iter().any(|n| n.contains("pull_request")), "{names:?}");
+    assert!(names.iter().any(|n| n.contains("bucket")), "{names:?}");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
 /// `[auth]` with two bearer tokens: `chat-only` (principal `chat`, which policy limits to the
 /// slack backend) and `everything` (principal `ops`, every backend).
 fn two_principals() -> String {

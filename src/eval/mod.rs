@@ -17,6 +17,9 @@ use crate::embed::worker::ModelEmbedder;
 use crate::index::AllowList;
 use crate::store::{Query, Ranker, Store};
 
+pub mod study;
+pub mod verdict;
+
 #[derive(Deserialize)]
 struct EvalTool {
     name: String,

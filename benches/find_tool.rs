@@ -1,0 +1,126 @@
+//! find_tool end to end through the handler (argument checks, query embedding, both arms over
+//! the caller's snapshot, fusion, match verdict, result JSON) at 150, 1,000 and 10,000 tools, for
+//! a new request (the model runs), a new two-part request (the model runs on the request and
+//! its two clauses) and a repeated one (query vectors cached). The model alone is timed in the
+//! same run, so the figures read as "model + the rest".
+//!
+//! `cargo bench --bench find_tool`; prints p50 / p90 in milliseconds.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use toolmux::catalog::{Catalog, CatalogTool, ToolKey};
+use toolmux::embed::Embedder;
+use toolmux::index::dense::{DenseIndex, GRAPH_MIN_SLOTS};
+use toolmux::session::{AllowAll, Caller, scope};
+use toolmux::store::{Generation, Store};
+
+use support::*;
+
+const RUNS: usize = 150;
+
+/// A catalog of `n` tools: the demo catalog for the smallest size, else real apigen tools
+/// (repeated under new names beyond 3,605) with their real vectors (mixed ones beyond).
+fn generation(rt: &tokio::runtime::Runtime, m: &Arc<toolmux::embed::worker::ModelEmbedder>, n: usize) -> Generation {
+    let tools: Vec<CatalogTool> = if n <= 200 {
+        toolmux::demo::backends()
+            .into_iter()
+            .flat_map(|b| {
+                let name = b.name.clone();
+                b.tools.into_iter().map(move |t| {
+                    let key = ToolKey { backend: Arc::from(name.as_str()), tool: Arc::from(&*t.name) };
+                    let mut exposed = t.clone();
+                    exposed.name = format!("{name}_{}", t.name).into();
+                    CatalogTool::new(key, exposed)
+                })
+            })
+            .collect()
+    } else {
+        let apigen = toolmux::eval::catalog(&eval_data("toolret-apigen/tools.jsonl")).unwrap();
+        apigen
+            .tools()
+            .iter()
+            .cycle()
+            .take(n)
+            .enumerate()
+            .map(|(i, t)| {
+                let mut tool = t.tool.clone();
+                tool.name = format!("{}_{i}", t.name()).into();
+                let backend = format!("b{}", i % 20);
+                CatalogTool::new(ToolKey { backend: Arc::from(backend.as_str()), tool: Arc::from(&*tool.name) }, tool)
+            })
+            .collect()
+    };
+    let catalog = Catalog::from_tools(tools);
+    let texts: Vec<String> = catalog.tools().iter().map(|t| t.text.clone()).collect();
+    let real = embed_cached(rt, m, &texts[..texts.len().min(3_605)]);
+    let data = synthetic(&real, catalog.len(), 11);
+    let keyword = Generation::keyword_only(catalog);
+    Generation::new(1, keyword.catalog, Some(DenseIndex::build(DIM, data, GRAPH_MIN_SLOTS)), keyword.keyword)
+}
+
+fn report(label: &str, mut times: Vec<Duration>) {
+    times.sort();
+    println!("| {label} | {:.2} | {:.2} |", ms(percentile(&times, 0.5)), ms(percentile(&times, 0.9)));
+}
+
+fn main() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let m = model();
+    println!("| case | p50 ms | p90 ms |");
+    println!("|---|---:|---:|");
+    let mut n = 0u64;
+    let model_alone: Vec<Duration> = (0..RUNS)
+        .map(|_| {
+            n += 1;
+            let q = format!("send a chat message to the team {n}");
+            let at = Instant::now();
+            rt.block_on(m.embed(vec![q])).unwrap();
+            at.elapsed()
+        })
+        .collect();
+    report("model alone, one new request", model_alone);
+    for size in [150, 1_000, 10_000] {
+        let generation = Arc::new(generation(&rt, &m, size));
+        let store = Arc::new(Store::new(Some(m.clone()), None));
+        let gw = optimizer_gateway(store);
+        let handler = toolmux::mcp::GatewayHandler::new(gw);
+        let snap = scope(generation.clone(), &|_| true, &AllowAll, &Caller::anonymous());
+        let tools = generation.catalog.len();
+        let args = |q: String| {
+            let mut a = serde_json::Map::new();
+            a.insert("tool_description".into(), q.into());
+            a
+        };
+        let time = |make: &mut dyn FnMut(usize) -> String| -> Vec<Duration> {
+            (0..RUNS)
+                .map(|i| {
+                    let a = args(make(i));
+                    let at = Instant::now();
+                    let r = rt.block_on(handler.find_tool(Some(&a), &snap));
+                    let took = at.elapsed();
+                    assert_ne!(r.is_error, Some(true));
+                    took
+                })
+                .collect()
+        };
+        n += 1_000;
+        let base = n;
+        report(
+            &format!("{tools} tools, new request"),
+            time(&mut |i| format!("send a chat message to the team {}", base + i as u64)),
+        );
+        report(
+            &format!("{tools} tools, new two-part request"),
+            time(&mut |i| {
+                format!("Fetch the stock price of item {}. Also, list the countries in Europe {}.", base + i as u64, i)
+            }),
+        );
+        report(
+            &format!("{tools} tools, repeated request"),
+            time(&mut |_| "create a pull request on a code repository".to_string()),
+        );
+    }
+}

@@ -1,0 +1,447 @@
+//! `toolmux eval --study`: every fusion variant docs/search.md reports, replayed on the exact
+//! per-arm scores of each query, and chosen by cross-validation rather than by the best split.
+//!
+//! Each set's queries are scored once per arm over every tool (exact cosine, BM25); each
+//! variant is then a pure function of those scores, so a grid of variants costs no model time.
+//! Two selections are reported per family of variants: 5-fold cross-validation with one
+//! parameter set for both sets (chosen on the other folds of both, scored on the held-out fold),
+//! and leave-one-set-out (chosen on one set, scored on the other, the closest the dev data comes
+//! to an unseen catalog).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::embed::Embedder;
+use crate::index::bm25::{Bm25Index, terms};
+use crate::index::fusion::{self, Fusion, Normalise};
+use crate::index::{AllowList, Hit};
+use crate::store::{Generation, Store};
+
+use super::{EvalQuery, Metrics, catalog, read_jsonl};
+
+/// Folds of the cross-validation.
+const FOLDS: usize = 5;
+/// How deep each arm ranks before fusion (as find_tool).
+const DEPTH: usize = 50;
+
+/// One query's arm scores over every tool.
+struct Arms {
+    dense: Vec<Hit>,
+    keyword: Vec<Hit>,
+}
+
+struct StudyQuery {
+    gold: Vec<u32>,
+    vector: Vec<f32>,
+    /// The vectors of the query and its clauses with literals dropped ([`literals_dropped`]).
+    clean: (Vec<f32>, Vec<Vec<f32>>),
+    terms: Vec<String>,
+    whole: Arms,
+    clauses: Vec<(Vec<f32>, Vec<String>)>,
+}
+
+struct StudySet {
+    name: String,
+    generation: Arc<Generation>,
+    /// Keyword indexes other than find_tool's, by [`KEYWORD_VARIANTS`] position (0 is find_tool's).
+    keyword: Vec<Bm25Index>,
+    queries: Vec<StudyQuery>,
+}
+
+/// A variant: how the arms are merged, and what is done before and after.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Variant {
+    fusion: Fusion,
+    /// Rocchio feedback on the dense arm: (weight of the mean of the top `m` fused tools, m).
+    feedback: Option<(f32, usize)>,
+    /// Multi-request queries: each clause searched too, and the lists merged.
+    clauses: Option<Combine>,
+    /// Which keyword index ([`KEYWORD_VARIANTS`]).
+    keyword: usize,
+    /// The dense arm embeds the text with literals dropped.
+    clean: bool,
+}
+
+/// The request without its literals: words holding a digit (ids, numbers, addresses) dropped.
+pub fn literals_dropped(text: &str) -> String {
+    text.split_whitespace().filter(|w| !w.chars().any(|c| c.is_ascii_digit())).collect::<Vec<_>>().join(" ")
+}
+
+/// Keyword index variants: (label, k1, b, extra copies of the name words). The first is
+/// find_tool's index before this study, the second find_tool's now.
+const KEYWORD_VARIANTS: &[(&str, f32, f32, usize)] = &[
+    ("BM25 k1 1.2 b 0.75", 1.2, 0.75, 0),
+    ("BM25 k1 1.2 b 0.75, name ×2", 1.2, 0.75, 1),
+    ("BM25 k1 0.9 b 0.4", 0.9, 0.4, 0),
+    ("BM25 k1 1.5 b 0.9", 1.5, 0.9, 0),
+    ("BM25 k1 0.9 b 0.4, name ×2", 0.9, 0.4, 1),
+];
+
+/// How the whole query's list and its clauses' lists merge.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Combine {
+    /// A tool keeps its best fused score, clause scores discounted by this factor.
+    Max(f32),
+    /// Round-robin by rank: a tool scores `max 1 / (k + rank)` over the lists, the whole
+    /// query's list first at equal rank.
+    Interleave(f32),
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.fusion)?;
+        if let Some((b, m)) = self.feedback {
+            write!(f, ", feedback {b} × top {m}")?;
+        }
+        if self.clean {
+            write!(f, ", literals dropped")?;
+        }
+        if self.keyword != 0 {
+            write!(f, ", {}", KEYWORD_VARIANTS[self.keyword].0)?;
+        }
+        match self.clauses {
+            Some(Combine::Max(g)) => write!(f, ", clauses max × {g}")?,
+            Some(Combine::Interleave(k)) => write!(f, ", clauses interleaved k {k}")?,
+            None => {}
+        }
+        Ok(())
+    }
+}
+
+fn dense_hits(generation: &Generation, q: &[f32], allow: &AllowList) -> Vec<Hit> {
+    match &generation.dense {
+        Some(d) => d.search(q, allow, DEPTH).0,
+        None => Vec::new(),
+    }
+}
+
+fn keyword_hits(index: &Bm25Index, t: &[String], allow: &AllowList) -> Vec<Hit> {
+    index.search(t, allow, DEPTH)
+}
+
+/// The variant's ranking (best first, 10 deep) for one query.
+fn rank(set: &StudySet, q: &StudyQuery, v: &Variant, allow: &AllowList) -> Vec<u32> {
+    let g = &set.generation;
+    let fuse_one = |vector: &[f32], whole: Option<&Arms>, t: &[String]| -> Vec<Hit> {
+        let dense = match whole {
+            Some(a) => a.dense.clone(),
+            None => dense_hits(g, vector, allow),
+        };
+        let keyword = match whole {
+            Some(a) if v.keyword == 0 => a.keyword.clone(),
+            _ => keyword_hits(&set.keyword[v.keyword], t, allow),
+        };
+        let mut fused = fusion::fuse(v.fusion, &dense, &keyword, DEPTH);
+        if let (Some((beta, m)), Some(d)) = (v.feedback, &g.dense) {
+            let mut moved = vector.to_vec();
+            let top: Vec<_> = fused.iter().take(m).collect();
+            for h in &top {
+                for (x, y) in moved.iter_mut().zip(d.vector(h.slot)) {
+                    *x += beta * y / top.len() as f32;
+                }
+            }
+            crate::embed::normalize(&mut moved);
+            let dense = dense_hits(g, &moved, allow);
+            fused = fusion::fuse(v.fusion, &dense, &keyword, DEPTH);
+        }
+        fused
+    };
+    let whole = if v.clean { None } else { Some(&q.whole) };
+    let mut fused = fuse_one(if v.clean { &q.clean.0 } else { &q.vector }, whole, &q.terms);
+    if let Some(combine) = v.clauses
+        && q.clauses.len() > 1
+    {
+        let lists: Vec<Vec<Hit>> = q
+            .clauses
+            .iter()
+            .enumerate()
+            .map(|(i, (cv, ct))| fuse_one(if v.clean { &q.clean.1[i] } else { cv }, None, ct))
+            .collect();
+        let mut best: std::collections::HashMap<u32, f32> = std::collections::HashMap::new();
+        let mut put = |slot: u32, s: f32| {
+            let e = best.entry(slot).or_insert(f32::MIN);
+            *e = e.max(s);
+        };
+        match combine {
+            Combine::Max(gamma) => {
+                fused.iter().for_each(|h| put(h.slot, h.score));
+                lists.iter().flatten().for_each(|h| put(h.slot, gamma * h.score));
+            }
+            Combine::Interleave(k) => {
+                fused.iter().enumerate().for_each(|(r, h)| put(h.slot, 1.0 / (k + r as f32) + 1e-4));
+                for l in &lists {
+                    l.iter().enumerate().for_each(|(r, h)| put(h.slot, 1.0 / (k + r as f32)));
+                }
+            }
+        }
+        fused = crate::index::top_k(best.into_iter().map(|(slot, score)| Hit { slot, score }).collect(), 10);
+    }
+    fused.into_iter().take(10).map(|h| h.slot).collect()
+}
+
+/// Per-query (R@8, MRR@10) of one variant on one set.
+fn score(set: &StudySet, v: &Variant) -> Vec<(f64, f64)> {
+    let allow = AllowList::all(set.generation.catalog.len());
+    set.queries
+        .iter()
+        .map(|q| {
+            let ranked: Vec<String> = rank(set, q, v, &allow).iter().map(|s| s.to_string()).collect();
+            let gold: Vec<String> = q.gold.iter().map(|s| s.to_string()).collect();
+            let mut m = Metrics::default();
+            m.add(&ranked, &gold);
+            (m.r8 * 100.0, m.mrr10 * 100.0)
+        })
+        .collect()
+}
+
+fn mean(xs: impl Iterator<Item = (f64, f64)>) -> (f64, f64) {
+    let (mut a, mut b, mut n) = (0.0, 0.0, 0usize);
+    for (x, y) in xs {
+        a += x;
+        b += y;
+        n += 1;
+    }
+    (a / n.max(1) as f64, b / n.max(1) as f64)
+}
+
+/// What a selection maximises: R@8 plus MRR@10, each macro-averaged over the sets given.
+fn objective(per_set: &[(f64, f64)]) -> f64 {
+    per_set.iter().map(|(r, m)| r + m).sum::<f64>() / per_set.len().max(1) as f64
+}
+
+async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path) -> anyhow::Result<StudySet> {
+    let catalog = catalog(&dir.join("tools.jsonl"))?;
+    let raw: Vec<EvalQuery> = read_jsonl(&dir.join("queries.dev.jsonl"))?;
+    let generation = store.rebuild(catalog).await;
+    let slot_of = |name: &str| generation.catalog.tools().iter().position(|t| t.name() == name).map(|s| s as u32);
+    let allow = AllowList::all(generation.catalog.len());
+    let mut texts: Vec<String> = Vec::new();
+    let mut split: Vec<Vec<String>> = Vec::new();
+    for q in &raw {
+        texts.push(q.query.clone());
+        let c = crate::catalog::text::clauses(&q.query);
+        let c = if c.len() > 1 { c } else { Vec::new() };
+        texts.extend(c.iter().cloned());
+        texts.push(literals_dropped(&q.query));
+        texts.extend(c.iter().map(|c| literals_dropped(c)));
+        split.push(c);
+    }
+    let mut vectors = Vec::new();
+    for chunk in texts.chunks(32) {
+        vectors.extend(embedder.embed(chunk.to_vec()).await?);
+    }
+    let keyword: Vec<Bm25Index> = KEYWORD_VARIANTS
+        .iter()
+        .map(|&(_, k1, b, name_copies)| {
+            let docs: Vec<String> = generation
+                .catalog
+                .tools()
+                .iter()
+                .map(|t| {
+                    let name = crate::catalog::text::split_identifier(t.name()).join(" ");
+                    format!("{}{}", t.text, format!(" {name}").repeat(name_copies))
+                })
+                .collect();
+            Bm25Index::build_with(docs.iter().map(String::as_str), k1, b)
+        })
+        .collect();
+    let mut vectors = vectors.into_iter();
+    let mut queries = Vec::new();
+    for (q, c) in raw.iter().zip(split) {
+        let vector = vectors.next().unwrap_or_default();
+        let t = terms(&q.query);
+        let whole = Arms {
+            dense: dense_hits(&generation, &vector, &allow),
+            keyword: keyword_hits(&keyword[0], &t, &allow),
+        };
+        let clauses = c.iter().map(|text| (vectors.next().unwrap_or_default(), terms(text))).collect();
+        let clean =
+            (vectors.next().unwrap_or_default(), c.iter().map(|_| vectors.next().unwrap_or_default()).collect());
+        let gold = q.gold.iter().filter_map(|g| slot_of(g)).collect();
+        queries.push(StudyQuery { gold, vector, clean, terms: t, whole, clauses });
+    }
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok(StudySet { name, generation, keyword, queries })
+}
+
+/// The families compared, each a grid of variants.
+fn families() -> Vec<(&'static str, Vec<Variant>)> {
+    let plain = |fusion| Variant { fusion, feedback: None, clauses: None, keyword: 0, clean: false };
+    let weights: Vec<f32> = (2..=8).map(|i| i as f32 / 10.0).collect();
+    let mut rrf = Vec::new();
+    for k in [10.0, 20.0, 60.0] {
+        for &w in &weights {
+            rrf.push(plain(Fusion::Rrf { k, dense: w }));
+        }
+    }
+    let mm = |n| weights.iter().map(|&w| plain(Fusion::Convex { norm: n, dense: w })).collect::<Vec<_>>();
+    let best_convex = |n| -> Vec<Fusion> { weights.iter().map(|&w| Fusion::Convex { norm: n, dense: w }).collect() };
+    let mut feedback = Vec::new();
+    for f in best_convex(Normalise::MinMax) {
+        for beta in [0.5, 1.0] {
+            for m in [3, 5] {
+                feedback.push(Variant {
+                    fusion: f,
+                    feedback: Some((beta, m)),
+                    clauses: None,
+                    keyword: 0,
+                    clean: false,
+                });
+            }
+        }
+    }
+    let mut zfeedback = Vec::new();
+    for f in best_convex(Normalise::ZScore) {
+        for beta in [0.5, 1.0] {
+            for m in [3, 5] {
+                zfeedback.push(Variant {
+                    fusion: f,
+                    feedback: Some((beta, m)),
+                    clauses: None,
+                    keyword: 0,
+                    clean: false,
+                });
+            }
+        }
+    }
+    let mut clauses = Vec::new();
+    let mut zclauses = Vec::new();
+    for (out, norm) in [(&mut clauses, Normalise::MinMax), (&mut zclauses, Normalise::ZScore)] {
+        for f in best_convex(norm) {
+            for c in
+                [Combine::Max(0.6), Combine::Max(0.7), Combine::Max(0.8), Combine::Max(0.9), Combine::Interleave(2.0)]
+            {
+                out.push(Variant { fusion: f, feedback: None, clauses: Some(c), keyword: 0, clean: false });
+            }
+        }
+    }
+    let mut zkeyword = Vec::new();
+    for f in best_convex(Normalise::ZScore) {
+        for keyword in 0..KEYWORD_VARIANTS.len() {
+            zkeyword.push(Variant {
+                fusion: f,
+                feedback: None,
+                clauses: Some(Combine::Max(0.8)),
+                keyword,
+                clean: false,
+            });
+        }
+    }
+    let mut zclean = Vec::new();
+    for f in best_convex(Normalise::ZScore) {
+        for c in [Combine::Max(0.7), Combine::Max(0.8)] {
+            for keyword in [0, 1] {
+                zclean.push(Variant { fusion: f, feedback: None, clauses: Some(c), keyword, clean: true });
+            }
+        }
+    }
+    vec![
+        ("RRF 1 : 1, k 60 (find_tool before)", vec![plain(Fusion::Rrf { k: 60.0, dense: 0.5 })]),
+        ("RRF, k and weight chosen", rrf),
+        ("convex, min-max", mm(Normalise::MinMax)),
+        ("convex, max (BM25 from 0)", mm(Normalise::Max)),
+        ("convex, z-score", mm(Normalise::ZScore)),
+        ("convex min-max + dense feedback", feedback),
+        ("convex min-max + clauses", clauses),
+        ("convex z-score + dense feedback", zfeedback),
+        ("convex z-score + clauses", zclauses),
+        ("convex z-score + clauses, keyword index chosen", zkeyword),
+        ("convex z-score + clauses, literals dropped", zclean),
+        (
+            "find_tool now: z-score 0.5, name ×2, clauses max × 0.8",
+            vec![Variant {
+                fusion: Fusion::Convex { norm: Normalise::ZScore, dense: 0.5 },
+                feedback: None,
+                clauses: Some(Combine::Max(crate::store::CLAUSE_WEIGHT)),
+                keyword: 1,
+                clean: false,
+            }],
+        ),
+    ]
+}
+
+/// Runs the study over the sets (each a folder of `tools.jsonl` + `queries.dev.jsonl`).
+pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let files = crate::embed::files::locate(
+        crate::config::DEFAULT_MODEL,
+        model_dir,
+        &crate::embed::files::default_model_roots(),
+        true,
+    )?;
+    let embedder: Arc<dyn Embedder> = Arc::new(crate::embed::worker::ModelEmbedder::start(&files)?);
+    let cache = crate::embed::cache::VectorCache::open(
+        crate::embed::cache::default_dir().as_deref(),
+        embedder.model_id(),
+        embedder.dim(),
+    )
+    .ok();
+    let store = Store::new(Some(embedder.clone()), cache);
+    let mut loaded = Vec::new();
+    for dir in sets {
+        eprintln!("loading {} ...", dir.display());
+        loaded.push(load(&store, &embedder, dir).await?);
+    }
+    let names: Vec<&str> = loaded.iter().map(|s| s.name.as_str()).collect();
+    println!("| family | selection | {} |", names.join(" | "));
+    println!("|---|---|{}", "---:|".repeat(names.len()));
+    for (family, grid) in families() {
+        // scores[variant][set] = per-query (R@8, MRR@10)
+        let scores: Vec<Vec<Vec<(f64, f64)>>> =
+            grid.iter().map(|v| loaded.iter().map(|s| score(s, v)).collect()).collect();
+        let fold_mean = |vi: usize, si: usize, keep: &dyn Fn(usize) -> bool| {
+            mean(scores[vi][si].iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, s)| *s))
+        };
+        // k-fold with one choice for all sets.
+        let mut held = vec![Vec::new(); loaded.len()];
+        let mut chosen = Vec::new();
+        for f in 0..FOLDS {
+            let train = |i: usize| i % FOLDS != f;
+            let best = (0..grid.len())
+                .max_by(|&a, &b| {
+                    let oa = objective(&(0..loaded.len()).map(|s| fold_mean(a, s, &train)).collect::<Vec<_>>());
+                    let ob = objective(&(0..loaded.len()).map(|s| fold_mean(b, s, &train)).collect::<Vec<_>>());
+                    oa.total_cmp(&ob)
+                })
+                .unwrap_or(0);
+            chosen.push(best);
+            for (s, h) in held.iter_mut().enumerate() {
+                h.extend(scores[best][s].iter().enumerate().filter(|(i, _)| i % FOLDS == f).map(|(_, x)| *x));
+            }
+        }
+        let cells: Vec<String> = held
+            .iter()
+            .map(|h| {
+                let (r, m) = mean(h.iter().copied());
+                format!("{r:.2} / {m:.2}")
+            })
+            .collect();
+        chosen.sort_unstable();
+        chosen.dedup();
+        let picks: Vec<String> = chosen.iter().map(|&i| grid[i].to_string()).collect();
+        println!("| {family} | {FOLDS}-fold CV (picked: {}) | {} |", picks.join("; "), cells.join(" | "));
+        // Leave one set out: choose on the others, score on it.
+        if loaded.len() > 1 && grid.len() > 1 {
+            let cells: Vec<String> = (0..loaded.len())
+                .map(|test| {
+                    let best = (0..grid.len())
+                        .max_by(|&a, &b| {
+                            let o = |v: usize| {
+                                objective(
+                                    &(0..loaded.len())
+                                        .filter(|&s| s != test)
+                                        .map(|s| fold_mean(v, s, &|_| true))
+                                        .collect::<Vec<_>>(),
+                                )
+                            };
+                            o(a).total_cmp(&o(b))
+                        })
+                        .unwrap_or(0);
+                    let (r, m) = fold_mean(best, test, &|_| true);
+                    format!("{r:.2} / {m:.2} ({})", grid[best])
+                })
+                .collect();
+            println!("| | other set chooses | {} |", cells.join(" | "));
+        }
+    }
+    Ok(())
+}
