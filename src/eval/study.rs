@@ -250,10 +250,8 @@ async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path
     for (q, c) in raw.iter().zip(split) {
         let vector = vectors.next().unwrap_or_default();
         let t = terms(&q.query);
-        let whole = Arms {
-            dense: dense_hits(&generation, &vector, &allow),
-            keyword: keyword_hits(&keyword[0], &t, &allow),
-        };
+        let whole =
+            Arms { dense: dense_hits(&generation, &vector, &allow), keyword: keyword_hits(&keyword[0], &t, &allow) };
         let clauses = c.iter().map(|text| (vectors.next().unwrap_or_default(), terms(text))).collect();
         let clean =
             (vectors.next().unwrap_or_default(), c.iter().map(|_| vectors.next().unwrap_or_default()).collect());
