@@ -134,14 +134,20 @@ pub fn catalog_with(tools: &Path, form: TextForm) -> anyhow::Result<Catalog> {
     Ok(Catalog::from_tools(tools))
 }
 
-pub async fn run(
+/// The rankings `toolmux eval` compares: find_tool's, and each arm alone.
+pub const RANKERS: [(&str, Ranker); 3] =
+    [("toolmux (fused)", Ranker::Fused), ("keyword arm", Ranker::KeywordOnly), ("dense arm", Ranker::DenseOnly)];
+
+/// Runs every query through find_tool's search path and each arm alone; returns the catalog's
+/// size and the averaged metrics in [`RANKERS`] order. With `out`, every ranking is written there.
+pub async fn evaluate(
     tools: &Path,
     queries: &Path,
     k: usize,
     out: Option<&Path>,
     model_dir: Option<&Path>,
     form: TextForm,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(usize, Vec<Metrics>)> {
     let catalog = catalog_with(tools, form)?;
     let queries: Vec<EvalQuery> = read_jsonl(queries)?;
     let files = files::locate(crate::config::DEFAULT_MODEL, model_dir, &files::default_model_roots(), true)?;
@@ -167,14 +173,12 @@ pub async fn run(
     bar.finish_and_clear();
     let allow = AllowList::all(generation.catalog.len());
     let mut out_file = out.map(std::fs::File::create).transpose()?;
-    let rankers =
-        [("toolmux (fused)", Ranker::Fused), ("keyword arm", Ranker::KeywordOnly), ("dense arm", Ranker::DenseOnly)];
-    let mut sums = vec![Metrics::default(); rankers.len()];
+    let mut sums = vec![Metrics::default(); RANKERS.len()];
     let progress = indicatif::ProgressBar::new(queries.len() as u64);
     for q in &queries {
         let query = Query { description: q.query.clone(), keywords: Vec::new() };
         let mut record = json!({"id": q.id, "gold": q.gold});
-        for (i, (label, ranker)) in rankers.iter().enumerate() {
+        for (i, (label, ranker)) in RANKERS.iter().enumerate() {
             let r = store.search(&generation, &allow, &query, k.max(10), *ranker).await;
             let names: Vec<String> =
                 r.hits.iter().map(|h| generation.catalog.tools()[h.slot as usize].name().to_string()).collect();
@@ -187,11 +191,24 @@ pub async fn run(
         progress.inc(1);
     }
     progress.finish_and_clear();
-    println!("{} tools, {} queries", generation.catalog.len(), queries.len());
+    Ok((generation.catalog.len(), sums.iter().map(|m| m.averaged(queries.len())).collect()))
+}
+
+/// `toolmux eval`: [`evaluate`], printed as a table.
+pub async fn run(
+    tools: &Path,
+    queries: &Path,
+    k: usize,
+    out: Option<&Path>,
+    model_dir: Option<&Path>,
+    form: TextForm,
+) -> anyhow::Result<()> {
+    let (n_tools, metrics) = evaluate(tools, queries, k, out, model_dir, form).await?;
+    let n_queries = read_jsonl::<EvalQuery>(queries)?.len();
+    println!("{n_tools} tools, {n_queries} queries");
     println!("| ranking | R@1 | R@5 | R@8 | R@10 | MRR@10 | nDCG@10 | C@8 |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for ((label, _), m) in rankers.iter().zip(&sums) {
-        let m = m.averaged(queries.len());
+    for ((label, _), m) in RANKERS.iter().zip(&metrics) {
         println!(
             "| {label} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
             m.r1, m.r5, m.r8, m.r10, m.mrr10, m.ndcg10, m.c8

@@ -31,10 +31,25 @@ struct Set {
 
 /// Counts of verdicts.
 #[derive(Debug, Default, Clone, Copy)]
-struct Tally {
-    good: usize,
-    weak: usize,
-    none: usize,
+pub struct Tally {
+    pub good: usize,
+    pub weak: usize,
+    pub none: usize,
+}
+
+/// What [`measure`] found: one row per kind of query, and what is wanted of it.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub label: String,
+    pub kind: Kind,
+    pub tally: Tally,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Answerable,
+    NoFit,
+    Translated,
 }
 
 impl Tally {
@@ -46,15 +61,26 @@ impl Tally {
         }
     }
 
-    fn total(&self) -> usize {
+    pub fn total(&self) -> usize {
         self.good + self.weak + self.none
     }
 
-    fn pct(&self, n: usize) -> f64 {
+    pub fn pct(&self, n: usize) -> f64 {
         100.0 * n as f64 / self.total().max(1) as f64
     }
 
-    fn row(&self, label: &str, want: &str) {
+    /// Share of queries flagged weak or none, ×100.
+    pub fn flagged(&self) -> f64 {
+        self.pct(self.weak + self.none)
+    }
+
+    fn merge(&mut self, other: &Tally) {
+        self.good += other.good;
+        self.weak += other.weak;
+        self.none += other.none;
+    }
+
+    fn print(&self, label: &str, want: &str) {
         println!(
             "| {label} | {} | {:.1} | {:.1} | {:.1} | {want} |",
             self.total(),
@@ -80,7 +106,12 @@ fn overlaps(own: &Generation, other: &Generation, q: &EvalQuery) -> bool {
     })
 }
 
-pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Option<&Path>) -> anyhow::Result<()> {
+/// Asks each kind of query and counts the verdicts.
+pub async fn measure(
+    sets: &[PathBuf],
+    multilingual: Option<&Path>,
+    model_dir: Option<&Path>,
+) -> anyhow::Result<Vec<Row>> {
     let files = crate::embed::files::locate(
         crate::config::DEFAULT_MODEL,
         model_dir,
@@ -102,33 +133,31 @@ pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Optio
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         loaded.push(Set { name, generation, queries });
     }
-    println!("| queries | n | good % | weak % | none % | wanted |");
-    println!("|---|---:|---:|---:|---:|---|");
-    let (mut answerable, mut no_fit) = (Tally::default(), Tally::default());
+    let mut rows = Vec::new();
     for set in &loaded {
-        let mut t = Tally::default();
+        let mut tally = Tally::default();
         for q in &set.queries {
-            t.add(verdict(&store, &set.generation, &q.query).await);
+            tally.add(verdict(&store, &set.generation, &q.query).await);
         }
-        t.row(&format!("{} on its own catalog (answerable)", set.name), "good ≥ 95 %");
-        answerable.good += t.good;
-        answerable.weak += t.weak;
-        answerable.none += t.none;
+        rows.push(Row {
+            label: format!("{} on its own catalog (answerable)", set.name),
+            kind: Kind::Answerable,
+            tally,
+        });
     }
     for set in &loaded {
         for other in loaded.iter().filter(|o| o.name != set.name) {
-            let mut t = Tally::default();
+            let mut tally = Tally::default();
             for q in set.queries.iter().filter(|q| !overlaps(&set.generation, &other.generation, q)) {
-                t.add(verdict(&store, &other.generation, &q.query).await);
+                tally.add(verdict(&store, &other.generation, &q.query).await);
             }
-            t.row(&format!("{} on {}'s catalog (no fit)", set.name, other.name), "weak + none ≥ 90 %");
-            no_fit.good += t.good;
-            no_fit.weak += t.weak;
-            no_fit.none += t.none;
+            rows.push(Row {
+                label: format!("{} on {}'s catalog (no fit)", set.name, other.name),
+                kind: Kind::NoFit,
+                tally,
+            });
         }
     }
-    answerable.row("all answerable", "good ≥ 95 %");
-    no_fit.row("all no-fit", "weak + none ≥ 90 %");
     if let Some(path) = multilingual {
         #[derive(serde::Deserialize)]
         struct Translated {
@@ -136,18 +165,45 @@ pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Optio
             lang: String,
         }
         let queries: Vec<Translated> = read_jsonl(path)?;
-        let target = loaded.iter().find(|s| s.name == "metatool").or(loaded.first());
-        if let Some(set) = target {
-            let mut t = Tally::default();
+        if let Some(set) = loaded.iter().find(|s| s.name == "metatool").or(loaded.first()) {
+            let mut tally = Tally::default();
             let mut langs: Vec<&str> = Vec::new();
             for q in &queries {
-                t.add(verdict(&store, &set.generation, &q.query).await);
+                tally.add(verdict(&store, &set.generation, &q.query).await);
                 if !langs.contains(&q.lang.as_str()) {
                     langs.push(&q.lang);
                 }
             }
-            t.row(&format!("translated ({}) on {}'s catalog", langs.join(", "), set.name), "weak + none");
+            rows.push(Row {
+                label: format!("translated ({}) on {}'s catalog", langs.join(", "), set.name),
+                kind: Kind::Translated,
+                tally,
+            });
         }
+    }
+    Ok(rows)
+}
+
+/// `toolmux eval-verdict`: [`measure`], printed as a table with the pooled rows.
+pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Option<&Path>) -> anyhow::Result<()> {
+    let rows = measure(sets, multilingual, model_dir).await?;
+    println!("| queries | n | good % | weak % | none % | wanted |");
+    println!("|---|---:|---:|---:|---:|---|");
+    let want = |k: Kind| match k {
+        Kind::Answerable => "good ≥ 95 %",
+        Kind::NoFit => "weak + none ≥ 90 %",
+        Kind::Translated => "weak + none",
+    };
+    for r in rows.iter().filter(|r| r.kind != Kind::Translated) {
+        r.tally.print(&r.label, want(r.kind));
+    }
+    for (kind, label) in [(Kind::Answerable, "all answerable"), (Kind::NoFit, "all no-fit")] {
+        let mut pooled = Tally::default();
+        rows.iter().filter(|r| r.kind == kind).for_each(|r| pooled.merge(&r.tally));
+        pooled.print(label, want(kind));
+    }
+    for r in rows.iter().filter(|r| r.kind == Kind::Translated) {
+        r.tally.print(&r.label, want(r.kind));
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ mod health;
 mod http;
 mod ops;
 mod policy;
+mod quality;
 mod relay;
 mod repo;
 mod rounds;
