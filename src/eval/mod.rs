@@ -12,6 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::catalog::{Catalog, CatalogTool, ToolKey};
+use crate::embed::Embedder;
+use crate::embed::cache::{VectorCache, default_dir};
 use crate::embed::files;
 use crate::embed::worker::ModelEmbedder;
 use crate::index::AllowList;
@@ -134,6 +136,14 @@ pub fn catalog_with(tools: &Path, form: TextForm) -> anyhow::Result<Catalog> {
     Ok(Catalog::from_tools(tools))
 }
 
+/// The real model, and a store over it with the on-disk vector cache (so a rerun embeds nothing).
+pub(crate) fn model_store(model_dir: Option<&Path>) -> anyhow::Result<(Arc<dyn Embedder>, Store)> {
+    let files = files::locate(crate::config::DEFAULT_MODEL, model_dir, &files::default_model_roots(), true)?;
+    let embedder: Arc<dyn Embedder> = Arc::new(ModelEmbedder::start(&files)?);
+    let cache = VectorCache::open(default_dir().as_deref(), embedder.model_id(), embedder.dim()).ok();
+    Ok((embedder.clone(), Store::new(Some(embedder), cache)))
+}
+
 /// The rankings `toolmux eval` compares: find_tool's, and each arm alone.
 pub const RANKERS: [(&str, Ranker); 3] =
     [("toolmux (fused)", Ranker::Fused), ("keyword arm", Ranker::KeywordOnly), ("dense arm", Ranker::DenseOnly)];
@@ -150,15 +160,7 @@ pub async fn evaluate(
 ) -> anyhow::Result<(usize, Vec<Metrics>)> {
     let catalog = catalog_with(tools, form)?;
     let queries: Vec<EvalQuery> = read_jsonl(queries)?;
-    let files = files::locate(crate::config::DEFAULT_MODEL, model_dir, &files::default_model_roots(), true)?;
-    let embedder = Arc::new(ModelEmbedder::start(&files)?);
-    let cache = crate::embed::cache::VectorCache::open(
-        crate::embed::cache::default_dir().as_deref(),
-        crate::embed::Embedder::model_id(embedder.as_ref()),
-        crate::embed::Embedder::dim(embedder.as_ref()),
-    )
-    .ok();
-    let store = Store::new(Some(embedder), cache);
+    let (_, store) = model_store(model_dir)?;
     eprintln!("indexing {} tools (texts not in the vector cache are embedded) ...", catalog.len());
     let bar = indicatif::ProgressBar::hidden();
     let generation = store

@@ -360,20 +360,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
 
 /// Runs the study over the sets (each a folder of `tools.jsonl` + `queries.dev.jsonl`).
 pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let files = crate::embed::files::locate(
-        crate::config::DEFAULT_MODEL,
-        model_dir,
-        &crate::embed::files::default_model_roots(),
-        true,
-    )?;
-    let embedder: Arc<dyn Embedder> = Arc::new(crate::embed::worker::ModelEmbedder::start(&files)?);
-    let cache = crate::embed::cache::VectorCache::open(
-        crate::embed::cache::default_dir().as_deref(),
-        embedder.model_id(),
-        embedder.dim(),
-    )
-    .ok();
-    let store = Store::new(Some(embedder.clone()), cache);
+    let (embedder, store) = super::model_store(model_dir)?;
     let mut loaded = Vec::new();
     for dir in sets {
         eprintln!("loading {} ...", dir.display());

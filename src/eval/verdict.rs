@@ -12,7 +12,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::embed::Embedder;
 use crate::index::AllowList;
 use crate::store::{Generation, Query, Ranker, Store, Verdict};
 
@@ -112,20 +111,7 @@ pub async fn measure(
     multilingual: Option<&Path>,
     model_dir: Option<&Path>,
 ) -> anyhow::Result<Vec<Row>> {
-    let files = crate::embed::files::locate(
-        crate::config::DEFAULT_MODEL,
-        model_dir,
-        &crate::embed::files::default_model_roots(),
-        true,
-    )?;
-    let embedder: Arc<dyn Embedder> = Arc::new(crate::embed::worker::ModelEmbedder::start(&files)?);
-    let cache = crate::embed::cache::VectorCache::open(
-        crate::embed::cache::default_dir().as_deref(),
-        embedder.model_id(),
-        embedder.dim(),
-    )
-    .ok();
-    let store = Store::new(Some(embedder), cache);
+    let (_, store) = super::model_store(model_dir)?;
     let mut loaded = Vec::new();
     for dir in sets {
         let generation = store.rebuild(catalog(&dir.join("tools.jsonl"))?).await;
