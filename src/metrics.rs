@@ -57,6 +57,8 @@ pub struct Search {
     pub mode: &'static str,
     /// `exact`, `graph`, `graph_then_exact`, or `none` (no dense arm).
     pub plan: &'static str,
+    /// The answer's verdict: `good`, `weak` or `none`.
+    pub r#match: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -137,7 +139,7 @@ impl Metrics {
         r.register("find_tool_stage_duration_seconds", "find_tool time per stage", m.find_tool_seconds.clone());
         r.register(
             "find_tool_searches",
-            "find_tool searches, by search mode and dense plan",
+            "find_tool searches, by search mode, dense plan and match verdict",
             m.find_tool_searches.clone(),
         );
         r.register("embed_failures", "Catalog builds whose tool texts could not be embedded", m.embed_failures.clone());
@@ -198,7 +200,12 @@ impl Metrics {
             Some(crate::index::dense::Plan::Graph) => "graph",
             Some(crate::index::dense::Plan::GraphThenExact) => "graph_then_exact",
         };
-        self.find_tool_searches.get_or_create(&Search { mode, plan }).inc();
+        let r#match = match r.verdict {
+            crate::store::Verdict::Good => "good",
+            crate::store::Verdict::Weak => "weak",
+            crate::store::Verdict::None => "none",
+        };
+        self.find_tool_searches.get_or_create(&Search { mode, plan, r#match }).inc();
     }
 
     /// Renders every series (after `refresh` has read the states).

@@ -713,15 +713,7 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<ListResourcesResult, ErrorData> {
         self.measured("resources/list", async {
             let caller = self.caller(&context);
-            let mut seen = HashSet::new();
-            let mut out = Vec::new();
-            for b in self.usable_backends(&caller) {
-                for r in &b.listing().resources {
-                    if seen.insert(r.uri.clone()) {
-                        out.push(r.clone());
-                    }
-                }
-            }
+            let out = self.merged(&caller, |l| &l.resources, |r| r.uri.clone());
             Ok(ListResourcesResult::with_all_items(out))
         })
         .await
@@ -734,15 +726,7 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.measured("resources/templates/list", async {
             let caller = self.caller(&context);
-            let mut seen = HashSet::new();
-            let mut out = Vec::new();
-            for b in self.usable_backends(&caller) {
-                for t in &b.listing().templates {
-                    if seen.insert(t.uri_template.clone()) {
-                        out.push(t.clone());
-                    }
-                }
-            }
+            let out = self.merged(&caller, |l| &l.templates, |t| t.uri_template.clone());
             Ok(ListResourceTemplatesResult::with_all_items(out))
         })
         .await
@@ -815,6 +799,23 @@ impl GatewayHandler {
             self.usable_backends(caller)
                 .find(|b| b.listing().templates.iter().any(|t| template_matches(&t.uri_template, uri)))
         })
+    }
+
+    /// The items of every backend `caller` may use, in backend order; on a duplicate `key` the
+    /// first backend's item wins.
+    fn merged<T: Clone, K: Eq + std::hash::Hash>(
+        &self,
+        caller: &Caller,
+        items: impl Fn(&crate::upstream::Listing) -> &Vec<T>,
+        key: impl Fn(&T) -> K,
+    ) -> Vec<T> {
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for b in self.usable_backends(caller) {
+            let listing = b.listing();
+            out.extend(items(&listing).iter().filter(|item| seen.insert(key(item))).cloned());
+        }
+        out
     }
 
     /// Exposed prompts with their backend and original name; named like tools.

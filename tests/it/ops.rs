@@ -322,7 +322,7 @@ async fn metrics_count_requests_calls_and_searches() {
     assert_eq!(value("toolmux_tool_calls_total{backend=\"kit\",outcome=\"ok\"}"), 1.0);
     assert_eq!(value("toolmux_tool_calls_total{backend=\"kit\",outcome=\"is_error\"}"), 1.0);
     assert_eq!(value("toolmux_tool_call_duration_seconds_count{backend=\"kit\"}"), 2.0);
-    assert_eq!(value("toolmux_find_tool_searches_total{mode=\"keyword\",plan=\"none\"}"), 1.0);
+    assert_eq!(value("toolmux_find_tool_searches_total{mode=\"keyword\",plan=\"none\",match=\"weak\"}"), 1.0);
     assert_eq!(value("toolmux_find_tool_stage_duration_seconds_count{stage=\"search\"}"), 1.0);
     assert_eq!(value("toolmux_sessions{mode=\"optimizer\"}"), 1.0);
     assert_eq!(value("toolmux_backend_health{backend=\"kit\",state=\"healthy\"}"), 1.0);
