@@ -421,7 +421,9 @@ impl Store {
         timings.embed = started.elapsed();
         let (Some(dense), Some(vectors)) = (&generation.dense, vectors) else {
             let hits: Vec<Hit> = keyword(&query.description, &mut timings, true).into_iter().take(n).collect();
-            let verdict = if hits.is_empty() { Verdict::None } else { Verdict::Weak };
+            // No similarity to judge by: a keyword match is at best weak.
+            let unreadable = hits.is_empty() || mostly_non_latin(&query.description);
+            let verdict = if unreadable { Verdict::None } else { Verdict::Weak };
             return SearchResult {
                 hits,
                 similarity: Vec::new(),

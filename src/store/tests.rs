@@ -85,6 +85,21 @@ async fn a_failing_embedder_degrades_to_keyword_search() {
     let r = store.search(&g, &AllowList::all(4), &q, 8, Ranker::Fused).await;
     assert_eq!(r.mode, SearchMode::Keyword);
     assert_eq!(names(&g, &r.hits), vec!["demo_fetch_url"]);
+    assert_eq!(r.verdict, Verdict::Weak, "a keyword match alone is never judged good");
+    assert!(r.similarity.is_empty());
+
+    // A request the model could not read is `none` on the keyword path too, matches or not.
+    let q = Query {
+        description: "请获取这个网页的全部内容 web page content 并告诉我网页的标题和作者是谁".into(),
+        keywords: vec![],
+    };
+    let r = store.search(&g, &AllowList::all(4), &q, 8, Ranker::Fused).await;
+    assert_eq!(names(&g, &r.hits), vec!["demo_fetch_url"]);
+    assert_eq!(r.verdict, Verdict::None);
+    let q = Query { description: "book a flight".into(), keywords: vec![] };
+    let r = store.search(&g, &AllowList::all(4), &q, 8, Ranker::Fused).await;
+    assert!(r.hits.is_empty());
+    assert_eq!(r.verdict, Verdict::None);
 }
 
 #[tokio::test]
