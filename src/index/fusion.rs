@@ -1,16 +1,14 @@
 //! Merging the dense and keyword rankings into one list.
 //!
-//! Reciprocal-rank fusion: each arm contributes `weight / (K + rank)` per slot. Rank-based fusion
-//! needs no calibration between cosine and BM25 scales, which differ per query. The dense arm
-//! ranks every allowed slot, so the fused list is always filled to `n` when enough slots are
+//! [`fuse`] offers the variants `toolmux eval-study` compares: reciprocal-rank fusion, and convex
+//! combinations of per-query normalised scores. find_tool uses the one the study chose
+//! (`store::FUSION`: z-scores, averaged). A tool one arm did not rank gets that arm's floor, so
+//! the dense arm, which ranks every allowed slot, fills the list to `n` whenever enough slots are
 //! allowed (the backfill the reference gateway lacks). docs/search.md has the measurements.
 
 use std::collections::HashMap;
 
 use super::{Hit, Slot, top_k};
-
-/// RRF's rank offset.
-pub const RRF_K: f32 = 60.0;
 
 /// How two arms' rankings become one.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,7 +68,7 @@ fn normalised(hits: &[Hit], norm: Normalise, floor_zero: bool) -> (Vec<f32>, f32
 /// Merges the dense and keyword rankings (each best first) into the best `n`.
 pub fn fuse(fusion: Fusion, dense: &[Hit], keyword: &[Hit], n: usize) -> Vec<Hit> {
     match fusion {
-        Fusion::Rrf { k, dense: w } => rrf_k(&[(dense, w), (keyword, 1.0 - w)], k, n),
+        Fusion::Rrf { k, dense: w } => rrf(&[(dense, w), (keyword, 1.0 - w)], k, n),
         Fusion::Convex { norm, dense: w } => {
             let (d, d_floor) = normalised(dense, norm, false);
             let (kw, k_floor) = normalised(keyword, norm, true);
@@ -87,12 +85,8 @@ pub fn fuse(fusion: Fusion, dense: &[Hit], keyword: &[Hit], n: usize) -> Vec<Hit
     }
 }
 
-/// Fuses rankings (best first) with per-arm weights, returning the best `n`.
-pub fn rrf(arms: &[(&[Hit], f32)], n: usize) -> Vec<Hit> {
-    rrf_k(arms, RRF_K, n)
-}
-
-fn rrf_k(arms: &[(&[Hit], f32)], k: f32, n: usize) -> Vec<Hit> {
+/// Reciprocal-rank fusion of rankings (best first) with per-arm weights, the best `n`.
+fn rrf(arms: &[(&[Hit], f32)], k: f32, n: usize) -> Vec<Hit> {
     let mut scores: HashMap<Slot, f32> = HashMap::new();
     for (hits, weight) in arms {
         for (rank, h) in hits.iter().enumerate() {
@@ -141,7 +135,7 @@ mod tests {
     fn agreement_wins_and_backfills() {
         let dense = hits(&[1, 2, 3, 4]);
         let kw = hits(&[3, 9]);
-        let fused = rrf(&[(&dense, 1.0), (&kw, 1.0)], 5);
+        let fused = fuse(Fusion::Rrf { k: 60.0, dense: 0.5 }, &dense, &kw, 5);
         let slots: Vec<_> = fused.iter().map(|h| h.slot).collect();
         assert_eq!(slots[0], 3, "ranked by both arms");
         assert_eq!(slots.len(), 5);
