@@ -148,8 +148,17 @@ pub(crate) fn model_store(model_dir: Option<&Path>) -> anyhow::Result<(Arc<dyn E
 pub const RANKERS: [(&str, Ranker); 3] =
     [("toolmux (fused)", Ranker::Fused), ("keyword arm", Ranker::KeywordOnly), ("dense arm", Ranker::DenseOnly)];
 
-/// Runs every query through find_tool's search path and each arm alone; returns the catalog's
-/// size and the averaged metrics in [`RANKERS`] order. With `out`, every ranking is written there.
+/// What [`evaluate`] measured.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    pub tools: usize,
+    pub queries: usize,
+    /// Averaged metrics in [`RANKERS`] order.
+    pub metrics: Vec<Metrics>,
+}
+
+/// Runs every query through find_tool's search path and each arm alone. With `out`, every
+/// ranking is written there.
 pub async fn evaluate(
     tools: &Path,
     queries: &Path,
@@ -157,7 +166,7 @@ pub async fn evaluate(
     out: Option<&Path>,
     model_dir: Option<&Path>,
     form: TextForm,
-) -> anyhow::Result<(usize, Vec<Metrics>)> {
+) -> anyhow::Result<Evaluation> {
     let catalog = catalog_with(tools, form)?;
     let queries: Vec<EvalQuery> = read_jsonl(queries)?;
     let (_, store) = model_store(model_dir)?;
@@ -193,7 +202,11 @@ pub async fn evaluate(
         progress.inc(1);
     }
     progress.finish_and_clear();
-    Ok((generation.catalog.len(), sums.iter().map(|m| m.averaged(queries.len())).collect()))
+    Ok(Evaluation {
+        tools: generation.catalog.len(),
+        queries: queries.len(),
+        metrics: sums.iter().map(|m| m.averaged(queries.len())).collect(),
+    })
 }
 
 /// `toolmux eval`: [`evaluate`], printed as a table.
@@ -205,12 +218,11 @@ pub async fn run(
     model_dir: Option<&Path>,
     form: TextForm,
 ) -> anyhow::Result<()> {
-    let (n_tools, metrics) = evaluate(tools, queries, k, out, model_dir, form).await?;
-    let n_queries = read_jsonl::<EvalQuery>(queries)?.len();
-    println!("{n_tools} tools, {n_queries} queries");
+    let e = evaluate(tools, queries, k, out, model_dir, form).await?;
+    println!("{} tools, {} queries", e.tools, e.queries);
     println!("| ranking | R@1 | R@5 | R@8 | R@10 | MRR@10 | nDCG@10 | C@8 |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for ((label, _), m) in RANKERS.iter().zip(&metrics) {
+    for ((label, _), m) in RANKERS.iter().zip(&e.metrics) {
         println!(
             "| {label} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
             m.r1, m.r5, m.r8, m.r10, m.mrr10, m.ndcg10, m.c8

@@ -79,6 +79,13 @@ impl Tally {
         self.none += other.none;
     }
 
+    /// Every row of `kind` counted together.
+    pub fn pooled(rows: &[Row], kind: Kind) -> Tally {
+        let mut pooled = Tally::default();
+        rows.iter().filter(|r| r.kind == kind).for_each(|r| pooled.merge(&r.tally));
+        pooled
+    }
+
     fn print(&self, label: &str, want: &str) {
         println!(
             "| {label} | {} | {:.1} | {:.1} | {:.1} | {want} |",
@@ -184,9 +191,7 @@ pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Optio
         r.tally.print(&r.label, want(r.kind));
     }
     for (kind, label) in [(Kind::Answerable, "all answerable"), (Kind::NoFit, "all no-fit")] {
-        let mut pooled = Tally::default();
-        rows.iter().filter(|r| r.kind == kind).for_each(|r| pooled.merge(&r.tally));
-        pooled.print(label, want(kind));
+        Tally::pooled(&rows, kind).print(label, want(kind));
     }
     for r in rows.iter().filter(|r| r.kind == Kind::Translated) {
         r.tally.print(&r.label, want(r.kind));
