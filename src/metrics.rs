@@ -96,6 +96,10 @@ pub struct Metrics {
     pub snapshot_swaps: Counter,
     pub list_changed_sent: Counter,
     pub reloads: Counter,
+    pub session_store_up: Gauge,
+    pub session_store_pending: Gauge,
+    pub session_store_errors: Counter,
+    pub sessions_restored: Counter,
 }
 
 impl Default for Metrics {
@@ -131,6 +135,10 @@ impl Metrics {
             snapshot_swaps: Counter::default(),
             list_changed_sent: Counter::default(),
             reloads: Counter::default(),
+            session_store_up: Gauge::default(),
+            session_store_pending: Gauge::default(),
+            session_store_errors: Counter::default(),
+            sessions_restored: Counter::default(),
         };
         r.register("requests", "MCP requests answered, by method and outcome", m.requests.clone());
         r.register("request_duration_seconds", "Time to answer an MCP request", m.request_seconds.clone());
@@ -166,6 +174,22 @@ impl Metrics {
             m.list_changed_sent.clone(),
         );
         r.register("config_reloads", "Configuration reloads applied", m.reloads.clone());
+        r.register(
+            "session_store_up",
+            "1 while the shared session store answers (with [sessions] store = \"redis\")",
+            m.session_store_up.clone(),
+        );
+        r.register(
+            "session_store_pending_writes",
+            "Sessions whose writes wait for the session store to answer",
+            m.session_store_pending.clone(),
+        );
+        r.register(
+            "session_store_errors",
+            "Session store commands that failed or timed out",
+            m.session_store_errors.clone(),
+        );
+        r.register("sessions_restored", "Sessions rebuilt here from the session store", m.sessions_restored.clone());
         *m.registry.lock().expect("registry lock") = r;
         m
     }

@@ -23,6 +23,7 @@ use crate::mcp::Gateway;
 use crate::mcp::gateway::Parts;
 use crate::mcp::relay::Hub;
 use crate::session::Policy;
+use crate::session::shared::SharedSessions;
 use crate::store::Store;
 use crate::upstream::{Backend, Upstream};
 
@@ -140,6 +141,13 @@ impl App {
         let clashes = Arc::new(Mutex::new(Vec::new()));
         tasks.spawn(catalog_task(gateway.clone(), clashes.clone(), ct.child_token()));
 
+        if opts.http
+            && let crate::config::SessionStore::Redis(redis) = &config.sessions.store
+        {
+            let shared = SharedSessions::new(redis, config.server.limits.session_idle_timeout)?;
+            tasks.spawn(shared.clone().run_write_through(ct.child_token()));
+            gateway.share_sessions(shared);
+        }
         let addr = if opts.http {
             let listener = tokio::net::TcpListener::bind(config.server.listen)
                 .await

@@ -5,7 +5,7 @@
 //! under the same name. The catalog task rebuilds the catalog from the new set (vectors of
 //! unchanged tools come from the vector cache, so only new text is embedded) and every session
 //! re-derives its scope. A changed `[[policy]]` is put in force at once. Sections that shape
-//! the running process (listener, mode, model, health, naming, authentication) are reported as
+//! the running process (listener, mode, model, health, naming, authentication, session store) are reported as
 //! needing a restart and keep their running values.
 
 use std::sync::Arc;
@@ -102,6 +102,7 @@ impl App {
             health => "[health]",
             aggregation => "[aggregation]",
             auth => "[auth]",
+            sessions => "[sessions]",
         );
         *running = next;
         let mut log = self.gateway.reloads.lock().expect("reload log");

@@ -7,11 +7,13 @@
 
 mod auth;
 mod raw;
+mod sessions;
 
 pub use auth::{
     ANONYMOUS, AuthConfig, AuthMode, BearerToken, CLIENT_PRINCIPAL, CLIENT_TOKEN, JWT_ALGORITHMS, JwksSource,
     JwtConfig, PolicyRule,
 };
+pub use sessions::{RedisConfig, SessionStore, SessionsConfig};
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -39,6 +41,7 @@ pub struct Config {
     pub health: HealthConfig,
     pub auth: AuthConfig,
     pub policy: Vec<PolicyRule>,
+    pub sessions: SessionsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -283,7 +286,8 @@ impl Validator<'_> {
         let health = self.health(raw.health.unwrap_or_default());
         let auth = self.auth(raw.auth.unwrap_or_default(), server.listen);
         let policy = self.policy(raw.policy, &names);
-        Config { server, backends, aggregation, optimizer, health, auth, policy }
+        let sessions = self.sessions(raw.sessions.unwrap_or_default());
+        Config { server, backends, aggregation, optimizer, health, auth, policy, sessions }
     }
 
     fn server(&mut self, raw: raw::Server) -> ServerConfig {

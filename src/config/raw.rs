@@ -18,6 +18,7 @@ pub struct File {
     pub optimizer: Option<Optimizer>,
     pub health: Option<Health>,
     pub auth: Option<Auth>,
+    pub sessions: Option<Sessions>,
     #[serde(default)]
     pub policy: Vec<PolicyRule>,
 }
@@ -60,6 +61,15 @@ pub struct Jwt {
     pub groups_claim: Option<String>,
     pub leeway: Option<String>,
     pub authorization_servers: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sessions {
+    pub store: Option<String>,
+    pub redis_url: Option<String>,
+    pub key_prefix: Option<String>,
+    pub timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

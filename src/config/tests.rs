@@ -119,3 +119,27 @@ fn header_env_expansion() {
     .unwrap_err();
     assert!(err.problems[0].message.contains("TOOLMUX_SURELY_UNSET_VAR"), "{err}");
 }
+
+#[test]
+fn sessions_default_to_memory_and_redis_needs_an_address() {
+    assert_eq!(Config::parse("").unwrap().sessions.store, SessionStore::Memory);
+    let c = Config::parse("[sessions]\nstore = \"redis\"\nredis_url = \"rediss://user:pw@cache.internal:6380/2\"\n")
+        .unwrap();
+    let SessionStore::Redis(r) = c.sessions.store else { panic!("redis store") };
+    assert_eq!(r.url, "rediss://user:pw@cache.internal:6380/2");
+    assert_eq!(r.key_prefix, "toolmux:");
+    assert_eq!(r.timeout, Duration::from_millis(500));
+
+    let e = Config::parse("[sessions]\nstore = \"redis\"\n").unwrap_err();
+    assert_eq!(e.problems[0].key, "sessions.redis_url");
+    let e = Config::parse("[sessions]\nstore = \"redis\"\nredis_url = \"http://x\"\ntimeout = \"0s\"\n").unwrap_err();
+    let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["sessions.redis_url", "sessions.timeout"]);
+    let e = Config::parse("[sessions]\nstore = \"disk\"\n").unwrap_err();
+    assert!(e.problems[0].message.contains("\"memory\", \"redis\""), "{e}");
+    let e = Config::parse("[sessions]\nredis_url = \"redis://x\"\n").unwrap_err();
+    assert_eq!(e.problems[0].key, "sessions.store");
+    // A password in the URL is never repeated in an error.
+    let e = Config::parse("[sessions]\nstore = \"redis\"\nredis_url = \"redis://:hunter2@\"\n").unwrap_err();
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+}

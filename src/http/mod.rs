@@ -21,6 +21,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{AuthConfig, ServerConfig};
 use crate::mcp::{Gateway, GatewayHandler};
 use crate::session::Caller;
+use crate::session::shared::{Record, Restored, RmcpStore, SessionKey, SharedSessions};
 
 pub fn router(
     gw: Arc<Gateway>,
@@ -39,6 +41,9 @@ pub fn router(
     let mut cfg = StreamableHttpServerConfig::default()
         .with_cancellation_token(ct.child_token())
         .with_max_request_body_bytes(server.max_body);
+    let shared = gw.shared_sessions().cloned();
+    // rmcp replays the `initialize` of a session this replica has not seen from the store.
+    cfg.session_store = shared.clone().map(|s| Arc::new(RmcpStore(s)) as _);
     if bound.ip().is_loopback() {
         // DNS-rebinding protection: only local names, plus what the operator allows.
         let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
@@ -71,6 +76,7 @@ pub fn router(
         body_timeout: server.limits.body_timeout,
         max_sessions: server.limits.max_sessions,
         owners: Default::default(),
+        shared,
     });
     let gate =
         Arc::new(auth::Edge { auth: auth.1, resource_url: auth.0.resource_url.clone(), path: server.path.clone() });
@@ -145,32 +151,114 @@ struct Edge {
     max_sessions: usize,
     /// The principal that created each session: only it may use the session.
     owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Where sessions other replicas created are found ([`SharedSessions`]).
+    shared: Option<Arc<SharedSessions>>,
 }
 
 impl Edge {
-    async fn check(&self, req: Request, next: Next) -> Response {
+    async fn check(self: Arc<Self>, mut req: Request, next: Next) -> Response {
         let principal =
             req.extensions().get::<Caller>().map_or(crate::config::ANONYMOUS, |c| c.principal.as_str()).to_string();
         let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let mut restoring = false;
         if let Some(id) = &session {
             // Another principal's session is answered like one that does not exist.
             let owner = self.owners.lock().expect("owners lock").get(id).cloned();
-            if owner.is_some_and(|o| o != principal) {
-                tracing::info!(%principal, "request refused: 404 for another principal's session");
-                return (StatusCode::NOT_FOUND, "no such session\n").into_response();
+            match owner {
+                Some(o) if o != principal => {
+                    tracing::info!(%principal, "request refused: 404 for another principal's session");
+                    return (StatusCode::NOT_FOUND, "no such session\n").into_response();
+                }
+                Some(_) => self.refresh(id),
+                None => {
+                    if let Some(shared) = &self.shared
+                        && !self.sessions.sessions.read().await.contains_key(id.as_str())
+                    {
+                        match self.restorable(shared, id, &principal).await {
+                            Ok(record) => {
+                                req.extensions_mut().insert(Restored(Arc::new(record)));
+                                restoring = true;
+                            }
+                            Err(refusal) => return refusal,
+                        }
+                    }
+                }
             }
+            req.extensions_mut().insert(SessionKey(Arc::from(id.as_str())));
         }
         let response = match *req.method() {
             axum::http::Method::POST => self.post(req, next).await,
             axum::http::Method::DELETE => self.delete(req, next).await,
             _ => next.run(req).await,
         };
-        if session.is_none()
-            && let Some(id) = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok())
+        let created = if session.is_none() {
+            response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned)
+        } else {
+            None
+        };
+        if let Some(id) = created {
+            if let Some(shared) = &self.shared {
+                // Written before the client has the id: its next request may go to another replica.
+                shared.created(&id, &principal).await;
+            }
+            self.own(&id, principal).await;
+        } else if restoring
+            && response.status().is_success()
+            && let Some(id) = session
         {
-            self.own(id, principal).await;
+            self.own(&id, principal).await;
         }
         response
+    }
+
+    /// Checks a session this replica has not seen against the store: it must be there and be
+    /// `principal`'s. Answers 404 otherwise, and 503 when the store cannot say.
+    async fn restorable(&self, shared: &SharedSessions, id: &str, principal: &str) -> Result<Record, Response> {
+        let record = match shared.fetch(id).await {
+            Err(e) => {
+                tracing::warn!(error = %e.0, "a session unknown here could not be looked up");
+                let message =
+                    "this replica does not hold the session, and the session store did not answer; retry shortly\n";
+                return Err((StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::RETRY_AFTER, "1")], message)
+                    .into_response());
+            }
+            Ok(None) => return Err((StatusCode::NOT_FOUND, "no such session\n").into_response()),
+            Ok(Some(r)) => r,
+        };
+        if record.principal != principal {
+            tracing::info!(%principal, "request refused: 404 for another principal's stored session");
+            return Err((StatusCode::NOT_FOUND, "no such session\n").into_response());
+        }
+        if self.gw.is_draining() {
+            let message = "toolmux is stopping; send the session's requests to another replica\n";
+            return Err((StatusCode::SERVICE_UNAVAILABLE, message).into_response());
+        }
+        let open = self.sessions.sessions.read().await.len();
+        if open >= self.max_sessions {
+            let message = format!("toolmux already serves {open} sessions, its limit (server.max_sessions)\n");
+            return Err(
+                (StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::RETRY_AFTER, "5")], message).into_response()
+            );
+        }
+        shared.restoring(id, &record, SharedSessions::fields_of(&record));
+        Ok(record)
+    }
+
+    /// Pushes a shared session's expiry back now and then, and ends it here if it was ended
+    /// on another replica.
+    fn refresh(self: &Arc<Self>, id: &str) {
+        let Some(shared) = self.shared.clone() else { return };
+        if !shared.due(id) {
+            return;
+        }
+        let edge = self.clone();
+        let id = id.to_string();
+        tokio::spawn(async move {
+            if !shared.refresh(&id).await {
+                tracing::debug!("a session ended on another replica is ended here too");
+                let _ = edge.sessions.close_session(&id.into()).await;
+            }
+        });
     }
 
     /// Records `principal` as the owner of the new session `id`, and forgets sessions that ended.
@@ -179,6 +267,9 @@ impl Edge {
         if known >= 64 && known >= 2 * self.sessions.sessions.read().await.len() {
             let live = self.sessions.sessions.read().await;
             self.owners.lock().expect("owners lock").retain(|id, _| live.contains_key(id.as_str()));
+            if let Some(shared) = &self.shared {
+                shared.forget(|id| live.contains_key(id));
+            }
         }
         self.owners.lock().expect("owners lock").insert(id.to_string(), principal);
     }
@@ -251,6 +342,13 @@ impl Edge {
         if let Some(id) = id {
             let known = self.sessions.sessions.read().await.contains_key(id.as_str());
             if !known {
+                // A stored session (checked in `check`) ends in the store; nothing runs here.
+                if let Some(shared) = &self.shared
+                    && req.extensions().get::<Restored>().is_some()
+                {
+                    shared.delete(&id).await;
+                    return (StatusCode::OK, "session ended\n").into_response();
+                }
                 return (StatusCode::NOT_FOUND, "no such session\n").into_response();
             }
         }

@@ -21,6 +21,7 @@ use crate::health::Monitor;
 use crate::health::notifier::Notifier;
 use crate::mcp::relay::{Hub, SessionRelay};
 use crate::mcp::rounds::Parked;
+use crate::session::shared::SharedSessions;
 use crate::session::{Caller, Policy, SessionHandle, Snapshot, scope};
 use crate::store::Store;
 use crate::upstream::{ClientUpstreams, Identity, Upstream};
@@ -97,6 +98,9 @@ pub struct Gateway {
     pub metrics: crate::metrics::Metrics,
     /// Configuration reloads, for `/status`.
     pub reloads: Mutex<super::status::ReloadLog>,
+    /// Where sessions are shared with other replicas (`[sessions] store = "redis"`); set once
+    /// before the listener starts.
+    shared_sessions: std::sync::OnceLock<Arc<SharedSessions>>,
     ct: CancellationToken,
 }
 
@@ -130,8 +134,19 @@ impl Gateway {
             counters: Counters::default(),
             reloads: Mutex::default(),
             metrics: crate::metrics::Metrics::new(),
+            shared_sessions: std::sync::OnceLock::new(),
             ct: p.ct,
         })
+    }
+
+    /// Shares this gateway's sessions through `store` (before it serves any).
+    pub fn share_sessions(&self, store: Arc<SharedSessions>) {
+        let _ = self.shared_sessions.set(store);
+    }
+
+    /// The store sessions are shared through, if any.
+    pub fn shared_sessions(&self) -> Option<&Arc<SharedSessions>> {
+        self.shared_sessions.get()
     }
 
     /// Whether `backend`'s tools are offered now.

@@ -35,6 +35,7 @@ use super::rounds::{self, Parked, PendingCall, Retry};
 use crate::catalog::ConflictResolution;
 use crate::config::Mode;
 use crate::index::{AllowList, Slot};
+use crate::session::shared::{Change, Record, Restored, SessionKey};
 use crate::session::{Access, Caller, SessionHandle, Snapshot};
 use crate::store::{Query, Ranker};
 use crate::upstream::{Answer, Backend, CallError, Link, Trace};
@@ -46,11 +47,13 @@ pub struct GatewayHandler {
     gw: Arc<Gateway>,
     /// Set at initialize; stays empty for stateless requests.
     session: OnceLock<Arc<SessionHandle>>,
+    /// Backends this session's own upstream sessions were recorded for in the shared store.
+    upstreams_recorded: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl GatewayHandler {
     pub fn new(gw: Arc<Gateway>) -> Self {
-        Self { gw, session: OnceLock::new() }
+        Self { gw, session: OnceLock::new(), upstreams_recorded: Default::default() }
     }
 
     fn snapshot(&self, ctx: &RequestContext<RoleServer>) -> Arc<Snapshot> {
@@ -181,6 +184,58 @@ impl GatewayHandler {
             .collect()
     }
 
+    /// Subscribes this client to `request.uri` at the backend that serves it.
+    async fn subscribe_to(
+        &self,
+        request: SubscribeRequestParams,
+        caller: &Caller,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let Some(backend) = self.resource_owner(caller, &request.uri) else {
+            return Err(ErrorData::resource_not_found(format!("resource not found: {}", request.uri), None));
+        };
+        let uri = request.uri.clone();
+        let link = self.link(&backend).await.map_err(wire_error)?;
+        backend.subscribe(&link, request, &context.ct).await.map_err(wire_error)?;
+        // A client's own upstream session sends its updates to that client alone already.
+        if !link.is_own() {
+            self.gw.relay.subscribe(&uri, context.peer.clone());
+        }
+        Ok(())
+    }
+
+    #[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
+    async fn apply_level(&self, session: &SessionHandle, level: rmcp::model::LoggingLevel) {
+        session.level.set(level);
+        if let Some(upstreams) = session.upstreams() {
+            let backends: Vec<_> = self.advertisable_backends().collect();
+            upstreams.set_level(level, &backends).await;
+        }
+    }
+
+    /// Records a change to this session in the shared store, when sessions are shared.
+    async fn record(&self, context: &RequestContext<RoleServer>, change: Change) {
+        let Some(shared) = self.gw.shared_sessions() else { return };
+        let key = context.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<SessionKey>());
+        if let Some(SessionKey(id)) = key {
+            shared.change(id, change).await;
+        }
+    }
+
+    /// A session rebuilt from the store on this replica: its logging level and resource
+    /// subscriptions come back. Its own upstream sessions open afresh on first use.
+    async fn resume(&self, session: &SessionHandle, record: &Record, context: &RequestContext<RoleServer>) {
+        if let Some(level) = record.level.as_deref().and_then(level_from_name) {
+            self.apply_level(session, level).await;
+        }
+        for uri in &record.subscriptions {
+            let request = SubscribeRequestParams::new(uri.clone());
+            if let Err(e) = self.subscribe_to(request, &session.caller, context).await {
+                tracing::info!(%uri, error = %e.message, "a stored subscription could not be renewed");
+            }
+        }
+    }
+
     /// The caller the HTTP edge authenticated; over stdio, `auth.stdio_principal`.
     fn caller_of(&self, ctx: &RequestContext<RoleServer>) -> Caller {
         match ctx.extensions.get::<http::request::Parts>() {
@@ -290,6 +345,12 @@ impl GatewayHandler {
             Ok(l) => l,
             Err(e) => return call_error(self.gw.mode, e).map(|r| r.completed().into()),
         };
+        if link.is_own() && self.gw.shared_sessions().is_some() {
+            let first = self.upstreams_recorded.lock().expect("recorded lock").insert(backend.name().to_string());
+            if first {
+                self.record(ctx, Change::Upstream(backend.name().to_string())).await;
+            }
+        }
         params.name = tool.key.tool.to_string().into();
         // rmcp moves the request's `_meta` into the context, and gives the forwarded request a
         // progress token of its own; the relay maps that one back to the client's. A client
@@ -502,6 +563,17 @@ fn too_many_rounds_text(backend: &str) -> String {
     )
 }
 
+/// A logging level's wire name (`"warning"`).
+#[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
+fn level_name(level: rmcp::model::LoggingLevel) -> Option<String> {
+    serde_json::to_value(level).ok()?.as_str().map(str::to_owned)
+}
+
+#[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
+fn level_from_name(name: &str) -> Option<rmcp::model::LoggingLevel> {
+    serde_json::from_value(serde_json::Value::String(name.to_string())).ok()
+}
+
 fn too_many_rounds(backend: &str) -> CallToolResult {
     meta::error_result(too_many_rounds_text(backend))
 }
@@ -536,7 +608,12 @@ impl ServerHandler for GatewayHandler {
         self.measured("initialize", async {
             context.peer.set_peer_info(request.clone());
             let session = self.gw.open_session(self.caller_of(&context), Some(context.peer.clone()));
-            let _ = self.session.set(session);
+            let _ = self.session.set(session.clone());
+            let restored =
+                context.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<Restored>());
+            if let Some(Restored(record)) = restored {
+                self.resume(&session, record, &context).await;
+            }
             self.negotiate_initialize(&request)
         })
         .await
@@ -603,10 +680,9 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<(), ErrorData> {
         self.measured("logging/setLevel", async {
             let Some(session) = self.session.get() else { return Ok(()) };
-            session.level.set(request.level);
-            if let Some(upstreams) = session.upstreams() {
-                let backends: Vec<_> = self.advertisable_backends().collect();
-                upstreams.set_level(request.level, &backends).await;
+            self.apply_level(session, request.level).await;
+            if let Some(name) = level_name(request.level) {
+                self.record(&_context, Change::Level(name)).await;
             }
             Ok(())
         })
@@ -645,16 +721,9 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.measured("resources/subscribe", async {
-            let Some(backend) = self.resource_owner(&self.caller(&context), &request.uri) else {
-                return Err(ErrorData::resource_not_found(format!("resource not found: {}", request.uri), None));
-            };
             let uri = request.uri.clone();
-            let link = self.link(&backend).await.map_err(wire_error)?;
-            backend.subscribe(&link, request, &context.ct).await.map_err(wire_error)?;
-            // A client's own upstream session sends its updates to that client alone already.
-            if !link.is_own() {
-                self.gw.relay.subscribe(&uri, context.peer.clone());
-            }
+            self.subscribe_to(request, &self.caller(&context), &context).await?;
+            self.record(&context, Change::Subscribed(uri)).await;
             Ok(())
         })
         .await
@@ -666,6 +735,7 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.measured("resources/unsubscribe", async {
+            self.record(&context, Change::Unsubscribed(request.uri.clone())).await;
             let Some(backend) = self.resource_owner(&self.caller(&context), &request.uri) else {
                 self.gw.relay.unsubscribe(&request.uri, &context.peer);
                 return Ok(());

@@ -63,6 +63,10 @@ pub struct BackendStatus {
 pub struct SessionStatus {
     pub live: usize,
     pub mode: String,
+    /// The store sessions are shared through (`[sessions] store = "redis"`); absent when they
+    /// live in this process only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<crate::session::shared::StoreStatus>,
 }
 
 #[derive(Debug, Serialize)]
@@ -132,7 +136,11 @@ impl Gateway {
                 search: if generation.dense.is_some() { "hybrid" } else { "keyword" },
             },
             backends,
-            sessions: SessionStatus { live: self.session_count(), mode },
+            sessions: SessionStatus {
+                live: self.session_count(),
+                mode,
+                store: self.shared_sessions().map(|s| s.status()),
+            },
             embedder,
             reload: self.reloads.lock().expect("reload log").clone(),
         }
@@ -179,6 +187,12 @@ impl Gateway {
         metrics::catch_up(&m.snapshot_swaps, self.counters.resyncs.load(Relaxed));
         metrics::catch_up(&m.list_changed_sent, self.counters.list_changed_sent.load(Relaxed));
         metrics::catch_up(&m.reloads, status.reload.applied);
+        if let Some(store) = &status.sessions.store {
+            m.session_store_up.set(i64::from(store.state == "up"));
+            m.session_store_pending.set(store.pending_writes as i64);
+            metrics::catch_up(&m.session_store_errors, store.errors);
+            metrics::catch_up(&m.sessions_restored, store.restored);
+        }
         m.render()
     }
 }
@@ -235,6 +249,20 @@ pub fn table(s: &serde_json::Value) -> String {
     for r in &rows {
         let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    if let Some(store) = s["sessions"]["store"].as_object() {
+        let error = match (store["last_error"].as_str(), store["last_error_secs_ago"].as_u64()) {
+            (Some(e), Some(ago)) => format!("; last error {ago}s ago: {e}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "session store {}: {}; {} sessions restored here, {} writes pending{error}",
+            text(&store["kind"]),
+            text(&store["state"]),
+            text(&store["restored"]),
+            text(&store["pending_writes"]),
+        );
     }
     if let Some(e) = s["reload"]["last_error"].as_str() {
         let _ = writeln!(out, "last reload refused: {e}");

@@ -5,6 +5,10 @@
 //! [`scope`] is the one function that computes a scope, for sessions and stateless callers alike:
 //! the generation's tools, narrowed to advertisable backends and by a [`Policy`]. Building a
 //! snapshot runs no model and contacts no backend.
+//!
+//! [`shared`] keeps sessions in Redis so that other replicas can rebuild them.
+
+pub mod shared;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

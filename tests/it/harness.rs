@@ -118,6 +118,61 @@ impl ChildBackend {
     }
 }
 
+/// A running `toolmux serve` child and the URL it printed.
+pub struct Served {
+    pub child: tokio::process::Child,
+    pub url: String,
+    pub base: String,
+}
+
+impl Served {
+    pub async fn start(config: &std::path::Path) -> Self {
+        Self::start_with(config, &[]).await
+    }
+
+    pub async fn start_with(config: &std::path::Path, extra: &[&str]) -> Self {
+        let mut child = tokio::process::Command::new(BIN)
+            .args(["serve", "--config", config.to_str().unwrap()])
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("serve prints its URL")
+            .unwrap()
+            .expect("a line");
+        let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
+        let base = url.trim_end_matches("/mcp").to_string();
+        let s = Served { child, url, base };
+        assert!(
+            eventually(Duration::from_secs(60), || async { s.get("/readyz").await.0 == 200 }).await,
+            "the gateway gets ready"
+        );
+        s
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        match reqwest::get(format!("{}{path}", self.base)).await {
+            Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+            Err(_) => (0, String::new()),
+        }
+    }
+
+    pub async fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.get("/status").await.1).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
+        nix::sys::signal::kill(pid, sig).unwrap();
+    }
+}
+
 /// The real model, loaded once per test binary.
 pub fn model() -> Arc<ModelEmbedder> {
     static MODEL: OnceLock<Arc<ModelEmbedder>> = OnceLock::new();
@@ -287,7 +342,9 @@ where
 pub struct RawSession {
     http: reqwest::Client,
     url: String,
-    id: String,
+    pub id: String,
+    /// Sent as `Authorization: Bearer …` with every request.
+    token: Option<String>,
     next: AtomicUsize,
 }
 
@@ -298,14 +355,23 @@ impl RawSession {
 
     /// A session with the gateway at `url` (a child process, say).
     pub async fn open_url(url: &str) -> Self {
+        Self::open_as(url, None).await
+    }
+
+    /// A session with the gateway at `url`, presenting `token`.
+    pub async fn open_as(url: &str, token: Option<&str>) -> Self {
         let url = url.to_string();
         let http = reqwest::Client::new();
         let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
-        let r = http.post(&url).header("accept", SSE_OR_JSON).json(&init).send().await.unwrap();
+        let mut r = http.post(&url).header("accept", SSE_OR_JSON).json(&init);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        let r = r.send().await.unwrap();
         assert!(r.status().is_success(), "initialize: {}", r.status());
         let id = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
-        let s = Self { http, url, id, next: AtomicUsize::new(1) };
+        let s = Self { http, url, id, token: token.map(str::to_owned), next: AtomicUsize::new(1) };
         let _ = response_of(r, 0).await;
         let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
         let r = s.post(&initialized).send().await.unwrap();
@@ -313,13 +379,53 @@ impl RawSession {
         s
     }
 
+    /// The same session id, sent to `url` by `token`'s holder: another replica, another caller.
+    pub fn presented(&self, url: &str, token: Option<&str>) -> Self {
+        Self {
+            http: self.http.clone(),
+            url: url.to_string(),
+            id: self.id.clone(),
+            token: token.map(str::to_owned),
+            next: AtomicUsize::new(self.next.load(Ordering::Relaxed) + 1000),
+        }
+    }
+
     fn post(&self, body: &Value) -> reqwest::RequestBuilder {
-        self.http
+        let r = self
+            .http
             .post(&self.url)
             .header("accept", SSE_OR_JSON)
             .header("mcp-session-id", &self.id)
             .header("mcp-protocol-version", "2025-11-25")
-            .json(body)
+            .json(body);
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    /// Sends a request; its `result`, or what went wrong (HTTP status, JSON-RPC error, no answer).
+    pub async fn try_request(&self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let r = self.post(&body).send().await.map_err(|e| format!("{method}: {e}"))?;
+        if !r.status().is_success() {
+            return Err(format!("{method}: HTTP {}: {}", r.status(), r.text().await.unwrap_or_default()));
+        }
+        let text = tokio::time::timeout(Duration::from_secs(30), r.text())
+            .await
+            .map_err(|_| format!("{method}: no answer within 30 s"))?
+            .map_err(|e| format!("{method}: the answer broke off: {e}"))?;
+        // Plain JSON, or an event stream whose `data:` lines carry messages.
+        let answer = std::iter::once(text.as_str())
+            .chain(text.lines().filter_map(|l| l.strip_prefix("data:")))
+            .filter_map(|m| serde_json::from_str::<Value>(m.trim()).ok())
+            .find(|m| m["id"] == id)
+            .ok_or_else(|| format!("{method}: no answer to request {id} in {text:?}"))?;
+        match answer.get("error") {
+            Some(e) => Err(format!("{method}: {e}")),
+            None => Ok(answer["result"].clone()),
+        }
     }
 
     /// Sends a request and returns once the gateway has taken it (the answer's headers are
@@ -352,8 +458,11 @@ impl RawSession {
 
     /// Ends the session (`DELETE`); returns the status.
     pub async fn delete(self) -> reqwest::StatusCode {
-        let r = self.http.delete(&self.url).header("mcp-session-id", &self.id).send().await.unwrap();
-        r.status()
+        let mut r = self.http.delete(&self.url).header("mcp-session-id", &self.id);
+        if let Some(t) = &self.token {
+            r = r.bearer_auth(t);
+        }
+        r.send().await.unwrap().status()
     }
 
     /// Opens the session's GET event stream; every JSON-RPC message on it arrives on the channel.

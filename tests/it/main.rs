@@ -14,6 +14,7 @@ mod ops;
 mod policy;
 mod quality;
 mod relay;
+mod replicas;
 mod repo;
 mod rounds;
 mod search;

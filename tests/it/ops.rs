@@ -1,69 +1,12 @@
 //! Operating the gateway as a process: stop signals, reload, metrics and status.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::io::AsyncBufReadExt;
 
 use toolmux::app::EmbedderChoice;
 
 use crate::harness::*;
-
-/// A running `toolmux serve` child and the URL it printed.
-struct Served {
-    child: tokio::process::Child,
-    url: String,
-    base: String,
-}
-
-impl Served {
-    async fn start(config: &std::path::Path) -> Self {
-        Self::start_with(config, &[]).await
-    }
-
-    async fn start_with(config: &std::path::Path, extra: &[&str]) -> Self {
-        let mut child = tokio::process::Command::new(BIN)
-            .args(["serve", "--config", config.to_str().unwrap()])
-            .args(extra)
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
-            .await
-            .expect("serve prints its URL")
-            .unwrap()
-            .expect("a line");
-        let url = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().to_string();
-        let base = url.trim_end_matches("/mcp").to_string();
-        let s = Served { child, url, base };
-        assert!(
-            eventually(Duration::from_secs(60), || async { s.get("/readyz").await.0 == 200 }).await,
-            "the gateway gets ready"
-        );
-        s
-    }
-
-    async fn get(&self, path: &str) -> (u16, String) {
-        match reqwest::get(format!("{}{path}", self.base)).await {
-            Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
-            Err(_) => (0, String::new()),
-        }
-    }
-
-    async fn status(&self) -> serde_json::Value {
-        serde_json::from_str(&self.get("/status").await.1).unwrap_or_default()
-    }
-
-    fn signal(&self, sig: nix::sys::signal::Signal) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id().unwrap() as i32);
-        nix::sys::signal::kill(pid, sig).unwrap();
-    }
-}
 
 /// Whether process `pid` is alive (a zombie waiting for its parent to reap it is not).
 fn alive(pid: i32) -> bool {

@@ -1,0 +1,89 @@
+//! `[sessions]`: where client sessions are kept, so that replicas can share them.
+
+use std::time::Duration;
+
+use super::{Validator, raw};
+
+/// Where client sessions live besides the memory of the replica serving them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionsConfig {
+    pub store: SessionStore,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum SessionStore {
+    /// In this process only: a request on another replica gets 404.
+    #[default]
+    Memory,
+    /// In Redis, so that any replica can rebuild a session it has not seen.
+    Redis(RedisConfig),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]`, or `rediss://` for TLS; `${ENV}` expanded.
+    pub url: String,
+    /// Put before every key toolmux writes, so that several deployments can share one Redis.
+    pub key_prefix: String,
+    /// Deadline of every Redis command (and of a connection attempt).
+    pub timeout: Duration,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self { store: SessionStore::Memory }
+    }
+}
+
+pub const DEFAULT_KEY_PREFIX: &str = "toolmux:";
+pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
+
+impl Validator<'_> {
+    pub(super) fn sessions(&mut self, raw: raw::Sessions) -> SessionsConfig {
+        let redis_keys_given = raw.redis_url.is_some() || raw.key_prefix.is_some() || raw.timeout.is_some();
+        let store = match raw.store.as_deref() {
+            None | Some("memory") => {
+                if redis_keys_given {
+                    self.problem("sessions.store", "redis_url, key_prefix and timeout need store = \"redis\"");
+                }
+                SessionStore::Memory
+            }
+            Some("redis") => {
+                let url = match raw.redis_url.as_deref().map(super::expand_env) {
+                    None => {
+                        self.problem(
+                            "sessions.redis_url",
+                            "store = \"redis\" needs the server's address, e.g. \"redis://127.0.0.1:6379/0\"",
+                        );
+                        String::new()
+                    }
+                    Some(Err(var)) => {
+                        self.problem("sessions.redis_url", super::unset(&var));
+                        String::new()
+                    }
+                    Some(Ok(url)) => {
+                        if let Err(e) = redis::Client::open(url.as_str()) {
+                            // The error may quote the URL; the URL may hold a password.
+                            self.problem(
+                                "sessions.redis_url",
+                                format!(
+                                    "not a Redis URL ({}); write redis://[user:password@]host:port[/db], or rediss:// for TLS",
+                                    e.detail().unwrap_or(e.category())
+                                ),
+                            );
+                        }
+                        url
+                    }
+                };
+                let key_prefix = raw.key_prefix.unwrap_or_else(|| DEFAULT_KEY_PREFIX.into());
+                let timeout = self.positive("sessions.timeout", raw.timeout.as_deref(), DEFAULT_REDIS_TIMEOUT);
+                SessionStore::Redis(RedisConfig { url, key_prefix, timeout })
+            }
+            Some(other) => {
+                self.problem("sessions.store", format!("`{other}` is not one of \"memory\", \"redis\""));
+                SessionStore::Memory
+            }
+        };
+        SessionsConfig { store }
+    }
+}

@@ -1,0 +1,663 @@
+//! Client sessions kept in Redis (`[sessions] store = "redis"`), so that any replica can serve a
+//! session another one created.
+//!
+//! A session is one Redis hash, `{prefix}session:{sha256 of the session id}`: the id itself (what
+//! a client presents to resume) is never stored. Its fields are the principal, the client's
+//! `initialize` parameters (revision, capabilities, client info), its logging level, one
+//! `sub:{uri}` per resource subscription, one `upstream:{backend}` per backend it holds a
+//! session of its own with, and created/seen times. The hash expires after the idle timeout,
+//! pushed back while the session is in use. No scope, snapshot or vector is stored: a replica
+//! that rebuilds a session derives its scope with the same function as for a new one.
+//!
+//! Every replica keeps a copy of the fields of the sessions it serves. Redis is asked only for a
+//! session this replica has not seen, and written when a session is created, changes or is
+//! ended. A Redis command that fails or takes longer than `sessions.timeout` fails the store
+//! operation, never the session: local sessions keep working, new ones are created here, and
+//! the sessions whose writes failed are written through once Redis answers again (all of them
+//! after an outage, since a Redis that restarted may have lost every key). Fields are written
+//! one by one (`HSET`/`HDEL`), so two replicas serving one session in turn do not overwrite
+//! each other's changes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::aio::ConnectionManager;
+use rmcp::model::InitializeRequestParams;
+use rmcp::transport::streamable_http_server::session::store::{SessionState, SessionStore, SessionStoreError};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::RedisConfig;
+
+/// A session as the store holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub principal: String,
+    /// The client's `initialize` parameters: a rebuilt session replays its handshake from them.
+    pub client: InitializeRequestParams,
+    /// The client's `logging/setLevel`, as its JSON name (`"info"`).
+    pub level: Option<String>,
+    pub subscriptions: Vec<String>,
+    /// Backends the session had a backend session of its own with (re-opened on first use).
+    pub upstreams: Vec<String>,
+    /// Milliseconds since the Unix epoch.
+    pub created_ms: u64,
+    pub seen_ms: u64,
+}
+
+const PRINCIPAL: &str = "principal";
+const CLIENT: &str = "client";
+const REVISION: &str = "revision";
+const LEVEL: &str = "level";
+const CREATED: &str = "created";
+const SEEN: &str = "seen";
+const SUB: &str = "sub:";
+const UPSTREAM: &str = "upstream:";
+
+type Fields = BTreeMap<String, String>;
+
+impl Record {
+    fn from_fields(fields: &HashMap<String, String>) -> Result<Self, String> {
+        let principal = fields.get(PRINCIPAL).ok_or("no principal")?.clone();
+        let client = serde_json::from_str(fields.get(CLIENT).ok_or("no client parameters")?)
+            .map_err(|e| format!("client parameters: {e}"))?;
+        let with = |prefix: &str| {
+            let mut v: Vec<String> = fields.keys().filter_map(|k| k.strip_prefix(prefix)).map(str::to_owned).collect();
+            v.sort();
+            v
+        };
+        let number = |k: &str| fields.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+        Ok(Self {
+            principal,
+            client,
+            level: fields.get(LEVEL).cloned(),
+            subscriptions: with(SUB),
+            upstreams: with(UPSTREAM),
+            created_ms: number(CREATED),
+            seen_ms: number(SEEN),
+        })
+    }
+}
+
+/// A change to one session's fields.
+#[derive(Debug, Clone)]
+pub enum Change {
+    Level(String),
+    Subscribed(String),
+    Unsubscribed(String),
+    Upstream(String),
+}
+
+impl Change {
+    fn apply(&self, fields: &mut Fields) -> (Option<(String, String)>, Option<String>) {
+        let (set, del) = match self {
+            Change::Level(l) => (Some((LEVEL.to_string(), l.clone())), None),
+            Change::Subscribed(uri) => (Some((format!("{SUB}{uri}"), "1".into())), None),
+            Change::Unsubscribed(uri) => (None, Some(format!("{SUB}{uri}"))),
+            Change::Upstream(backend) => (Some((format!("{UPSTREAM}{backend}"), now_ms().to_string())), None),
+        };
+        if let Some((k, v)) = &set {
+            fields.insert(k.clone(), v.clone());
+        }
+        if let Some(k) = &del {
+            fields.remove(k);
+        }
+        (set, del)
+    }
+}
+
+/// The store could not be asked (down, slow, or an error): the caller answers without it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the session store did not answer: {0}")]
+pub struct Unreachable(pub String);
+
+/// What `/status` shows of the store.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreStatus {
+    pub kind: &'static str,
+    /// `unknown` (not asked yet), `up` or `down`.
+    pub state: &'static str,
+    pub last_error: Option<String>,
+    pub last_error_secs_ago: Option<u64>,
+    /// Sessions whose last write failed, to be written when the store answers.
+    pub pending_writes: usize,
+    /// Sessions this replica rebuilt from the store.
+    pub restored: u64,
+    pub errors: u64,
+}
+
+/// The share of the state other replicas need, and this replica's copy of it.
+pub struct SharedSessions {
+    redis: ConnectionManager,
+    prefix: String,
+    /// Every command's deadline.
+    timeout: Duration,
+    /// A record's time to live: the idle timeout.
+    ttl: Duration,
+    /// How often a session in use pushes its expiry back.
+    refresh_every: Duration,
+    local: Mutex<HashMap<String, Local>>,
+    /// Sessions ended here while the store was down: deleted when it answers.
+    ended: Mutex<HashSet<String>>,
+    /// `initialize` parameters rmcp hands over for a new session, until the edge knows its principal.
+    inits: Mutex<HashMap<String, InitializeRequestParams>>,
+    /// Records the edge has checked for a restore, for rmcp's `load` that follows.
+    prefetched: Mutex<HashMap<String, Record>>,
+    state: AtomicU8,
+    last_error: Mutex<Option<(String, SystemTime)>>,
+    errors: AtomicU64,
+    restored: AtomicU64,
+    /// Woken when a write fails, so that the write-through starts trying.
+    wake: tokio::sync::Notify,
+}
+
+struct Local {
+    fields: Fields,
+    /// Its last write failed (or the store lost it): write it whole when the store answers.
+    dirty: bool,
+    refreshed: Instant,
+}
+
+const UNKNOWN: u8 = 0;
+const UP: u8 = 1;
+const DOWN: u8 = 2;
+
+/// How often the write-through asks a store that is down whether it is back.
+const RETRY_EVERY: Duration = Duration::from_millis(500);
+/// Entries of the hand-over maps kept at most (each is taken by the next step of its request).
+const HANDOVER_LIMIT: usize = 4096;
+
+impl SharedSessions {
+    /// Connects lazily: the gateway starts, and serves, while Redis is down.
+    pub fn new(cfg: &RedisConfig, ttl: Duration) -> anyhow::Result<Arc<Self>> {
+        let client = redis::Client::open(cfg.url.as_str())
+            .map_err(|e| anyhow::anyhow!("sessions.redis_url: {}", e.detail().unwrap_or(e.category())))?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(cfg.timeout))
+            .set_response_timeout(Some(cfg.timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(cfg.timeout);
+        let redis = ConnectionManager::new_lazy_with_config(client, config)?;
+        Ok(Arc::new(Self {
+            redis,
+            prefix: cfg.key_prefix.clone(),
+            timeout: cfg.timeout,
+            ttl,
+            refresh_every: (ttl / 4).min(Duration::from_secs(5)),
+            local: Mutex::default(),
+            ended: Mutex::default(),
+            inits: Mutex::default(),
+            prefetched: Mutex::default(),
+            state: AtomicU8::new(UNKNOWN),
+            last_error: Mutex::new(None),
+            errors: AtomicU64::new(0),
+            restored: AtomicU64::new(0),
+            wake: tokio::sync::Notify::new(),
+        }))
+    }
+
+    fn key(&self, id: &str) -> String {
+        let digest = Sha256::digest(id.as_bytes());
+        let mut key = format!("{}session:", self.prefix);
+        for b in digest {
+            key.push_str(&format!("{b:02x}"));
+        }
+        key
+    }
+
+    fn ttl_ms(&self) -> i64 {
+        self.ttl.as_millis().min(i64::MAX as u128) as i64
+    }
+
+    /// Runs one command (or pipeline) against the deadline, recording how the store is doing.
+    async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Pipeline) -> Result<T, Unreachable> {
+        let mut conn = self.redis.clone();
+        let outcome = tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut conn)).await;
+        let error = match outcome {
+            Ok(Ok(v)) => {
+                self.state.store(UP, Ordering::Release);
+                return Ok(v);
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {}", humantime::format_duration(self.timeout)),
+        };
+        if self.state.swap(DOWN, Ordering::AcqRel) != DOWN {
+            tracing::warn!(%error, "session store unreachable: sessions are kept here and written through when it answers");
+        }
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        *self.last_error.lock().expect("store error lock") = Some((error.clone(), SystemTime::now()));
+        self.wake.notify_one();
+        Err(Unreachable(error))
+    }
+
+    /// The stored session `id`, for a replica that has not seen it.
+    pub async fn fetch(&self, id: &str) -> Result<Option<Record>, Unreachable> {
+        let fields: HashMap<String, String> = self.run(redis::pipe().hgetall(self.key(id))).await.map(one)?;
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        match Record::from_fields(&fields) {
+            Ok(r) => Ok(Some(r)),
+            Err(e) => {
+                // Written by something else, or by an incompatible version: not a session to resume.
+                tracing::warn!(error = %e, "a stored session is unreadable; answered as unknown");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Hands `record` to the restore rmcp runs next for `id`, and keeps its fields here.
+    pub fn restoring(&self, id: &str, record: &Record, fields: Fields) {
+        let mut prefetched = self.prefetched.lock().expect("prefetched lock");
+        if prefetched.len() >= HANDOVER_LIMIT {
+            prefetched.clear();
+        }
+        prefetched.insert(id.to_string(), record.clone());
+        drop(prefetched);
+        self.restored.fetch_add(1, Ordering::Relaxed);
+        self.local
+            .lock()
+            .expect("local lock")
+            .insert(id.to_string(), Local { fields, dirty: false, refreshed: Instant::now() });
+    }
+
+    /// Records the new session `id` of `principal` (its `initialize` parameters came from rmcp).
+    /// Returns once written, or once the write failed (then it is written through later).
+    pub async fn created(&self, id: &str, principal: &str) {
+        let Some(client) = self.inits.lock().expect("inits lock").remove(id) else {
+            tracing::warn!("a new session's initialize parameters were not handed over; it is not shared");
+            return;
+        };
+        let now = now_ms().to_string();
+        let mut fields = Fields::new();
+        fields.insert(PRINCIPAL.into(), principal.to_string());
+        fields.insert(REVISION.into(), client.protocol_version.to_string());
+        fields.insert(CLIENT.into(), serde_json::to_string(&client).expect("initialize parameters serialise"));
+        fields.insert(CREATED.into(), now.clone());
+        fields.insert(SEEN.into(), now);
+        let ok = self.write(id, &fields).await;
+        self.local
+            .lock()
+            .expect("local lock")
+            .insert(id.to_string(), Local { fields, dirty: !ok, refreshed: Instant::now() });
+    }
+
+    /// Writes every field of a session and its expiry. Fields not named are left alone.
+    async fn write(&self, id: &str, fields: &Fields) -> bool {
+        let key = self.key(id);
+        let pairs: Vec<(&String, &String)> = fields.iter().collect();
+        let mut pipe = redis::pipe();
+        pipe.atomic().hset_multiple(&key, &pairs).ignore().pexpire(&key, self.ttl_ms()).ignore();
+        self.run::<()>(&pipe).await.is_ok()
+    }
+
+    /// Applies `change` to the session `id` here and in the store.
+    pub async fn change(&self, id: &str, change: Change) {
+        let (set, del, identity) = {
+            let mut local = self.local.lock().expect("local lock");
+            let Some(entry) = local.get_mut(id) else { return };
+            let (set, del) = change.apply(&mut entry.fields);
+            // The fields that never change go along: a record the store lost comes back whole enough to resume.
+            let identity: Vec<(String, String)> = [PRINCIPAL, CLIENT, REVISION, CREATED]
+                .iter()
+                .filter_map(|k| entry.fields.get(*k).map(|v| (k.to_string(), v.clone())))
+                .collect();
+            (set, del, identity)
+        };
+        let key = self.key(id);
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        let mut pairs = identity;
+        pairs.extend(set);
+        pipe.hset_multiple(&key, &pairs).ignore();
+        if let Some(field) = del {
+            pipe.hdel(&key, field).ignore();
+        }
+        pipe.pexpire(&key, self.ttl_ms()).ignore();
+        let ok = self.run::<()>(&pipe).await.is_ok();
+        if !ok && let Some(entry) = self.local.lock().expect("local lock").get_mut(id) {
+            entry.dirty = true;
+        }
+    }
+
+    /// Whether the session `id` is due to push its expiry back (at most every few seconds).
+    pub fn due(&self, id: &str) -> bool {
+        let mut local = self.local.lock().expect("local lock");
+        match local.get_mut(id) {
+            Some(entry) if entry.refreshed.elapsed() >= self.refresh_every => {
+                entry.refreshed = Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Pushes the expiry of session `id` back. Returns false when the session was ended
+    /// elsewhere (a `DELETE` on another replica): this replica should end it too.
+    pub async fn refresh(&self, id: &str) -> bool {
+        let key = self.key(id);
+        let mut pipe = redis::pipe();
+        pipe.pexpire(&key, self.ttl_ms()).exists(self.ended_key(id));
+        let Ok((kept, ended)) = self.run::<(bool, bool)>(&pipe).await else {
+            return true;
+        };
+        if ended {
+            self.local.lock().expect("local lock").remove(id);
+            return false;
+        }
+        if kept {
+            let mut pipe = redis::pipe();
+            pipe.hset(&key, SEEN, now_ms().to_string()).ignore();
+            let _ = self.run::<()>(&pipe).await;
+        } else {
+            // The store lost it (a restart without persistence, or eviction): write it again.
+            let fields = self.local.lock().expect("local lock").get(id).map(|e| e.fields.clone());
+            if let Some(fields) = fields
+                && !self.write(id, &fields).await
+                && let Some(entry) = self.local.lock().expect("local lock").get_mut(id)
+            {
+                entry.dirty = true;
+            }
+        }
+        true
+    }
+
+    fn ended_key(&self, id: &str) -> String {
+        let key = self.key(id);
+        format!("{}ended:{}", self.prefix, &key[self.prefix.len() + "session:".len()..])
+    }
+
+    /// Ends session `id` everywhere: its record goes, and a marker tells the replicas that still
+    /// hold it to end it too (see [`SharedSessions::refresh`]).
+    pub async fn delete(&self, id: &str) {
+        self.local.lock().expect("local lock").remove(id);
+        if !self.delete_stored(id).await {
+            let mut ended = self.ended.lock().expect("ended lock");
+            if ended.len() < HANDOVER_LIMIT {
+                ended.insert(id.to_string());
+            }
+        }
+    }
+
+    async fn delete_stored(&self, id: &str) -> bool {
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .del(self.key(id))
+            .ignore()
+            .set(self.ended_key(id), 1)
+            .ignore()
+            .pexpire(self.ended_key(id), self.ttl_ms());
+        pipe.ignore();
+        self.run::<()>(&pipe).await.is_ok()
+    }
+
+    /// Forgets the sessions `live` says have ended here (they stay in the store until they expire).
+    pub fn forget(&self, live: impl Fn(&str) -> bool) {
+        self.local.lock().expect("local lock").retain(|id, _| live(id));
+    }
+
+    /// Sessions kept here.
+    pub fn local_count(&self) -> usize {
+        self.local.lock().expect("local lock").len()
+    }
+
+    /// Writes through what failed, once the store answers again; runs until `ct` is cancelled.
+    pub async fn run_write_through(self: Arc<Self>, ct: CancellationToken) {
+        let ping = {
+            let mut p = redis::pipe();
+            p.cmd("PING");
+            p
+        };
+        loop {
+            if self.state.load(Ordering::Acquire) != DOWN && self.pending_writes() == 0 {
+                if self.state.load(Ordering::Acquire) == UNKNOWN {
+                    // Say early, in /status and the log, whether the store can be reached.
+                    let _ = self.run::<Vec<String>>(&ping).await;
+                    continue;
+                }
+                tokio::select! {
+                    _ = ct.cancelled() => return,
+                    _ = self.wake.notified() => {}
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = ct.cancelled() => return,
+                _ = tokio::time::sleep(RETRY_EVERY) => {}
+            }
+            let was_down = self.state.load(Ordering::Acquire) == DOWN;
+            if self.run::<Vec<String>>(&ping).await.is_err() {
+                continue;
+            }
+            if was_down {
+                // A Redis that restarted may have lost every key: write all of this replica's.
+                for entry in self.local.lock().expect("local lock").values_mut() {
+                    entry.dirty = true;
+                }
+                tracing::info!("session store reachable again; writing this replica's sessions through");
+            }
+            self.flush().await;
+        }
+    }
+
+    async fn flush(&self) {
+        let dirty: Vec<(String, Fields)> = self
+            .local
+            .lock()
+            .expect("local lock")
+            .iter()
+            .filter(|(_, e)| e.dirty)
+            .map(|(id, e)| (id.clone(), e.fields.clone()))
+            .collect();
+        for (id, fields) in dirty {
+            if !self.write(&id, &fields).await {
+                return;
+            }
+            if let Some(entry) = self.local.lock().expect("local lock").get_mut(&id) {
+                entry.dirty = false;
+            }
+        }
+        let ended: Vec<String> = self.ended.lock().expect("ended lock").iter().cloned().collect();
+        for id in ended {
+            if !self.delete_stored(&id).await {
+                return;
+            }
+            self.ended.lock().expect("ended lock").remove(&id);
+        }
+    }
+
+    fn pending_writes(&self) -> usize {
+        let dirty = self.local.lock().expect("local lock").values().filter(|e| e.dirty).count();
+        dirty + self.ended.lock().expect("ended lock").len()
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.state.load(Ordering::Acquire) == UP
+    }
+
+    pub fn status(&self) -> StoreStatus {
+        let last = self.last_error.lock().expect("store error lock").clone();
+        StoreStatus {
+            kind: "redis",
+            state: match self.state.load(Ordering::Acquire) {
+                UP => "up",
+                DOWN => "down",
+                _ => "unknown",
+            },
+            last_error_secs_ago: last.as_ref().and_then(|(_, at)| at.elapsed().ok()).map(|d| d.as_secs()),
+            last_error: last.map(|(e, _)| e),
+            pending_writes: self.pending_writes(),
+            restored: self.restored.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The record's fields as this replica keeps them (for a restore: what was fetched).
+    pub fn fields_of(record: &Record) -> Fields {
+        let mut fields = Fields::new();
+        fields.insert(PRINCIPAL.into(), record.principal.clone());
+        fields.insert(REVISION.into(), record.client.protocol_version.to_string());
+        fields.insert(CLIENT.into(), serde_json::to_string(&record.client).expect("initialize parameters serialise"));
+        fields.insert(CREATED.into(), record.created_ms.to_string());
+        fields.insert(SEEN.into(), now_ms().to_string());
+        if let Some(level) = &record.level {
+            fields.insert(LEVEL.into(), level.clone());
+        }
+        for uri in &record.subscriptions {
+            fields.insert(format!("{SUB}{uri}"), "1".into());
+        }
+        for b in &record.upstreams {
+            fields.insert(format!("{UPSTREAM}{b}"), "0".into());
+        }
+        fields
+    }
+}
+
+/// The first (only) value of a one-command pipeline.
+fn one<T>(mut v: Vec<T>) -> T {
+    v.swap_remove(0)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// rmcp's view of the store: it asks for a session's `initialize` parameters to replay them on
+/// a replica that has not seen the session, hands them over for a new session, and ends one on
+/// `DELETE`.
+pub struct RmcpStore(pub Arc<SharedSessions>);
+
+#[async_trait::async_trait]
+impl SessionStore for RmcpStore {
+    async fn load(&self, id: &str) -> Result<Option<SessionState>, SessionStoreError> {
+        let prefetched = self.0.prefetched.lock().expect("prefetched lock").remove(id);
+        let record = match prefetched {
+            Some(r) => Some(r),
+            None => self.0.fetch(id).await?,
+        };
+        Ok(record.map(|r| SessionState::new(r.client)))
+    }
+
+    async fn store(&self, id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
+        let mut inits = self.0.inits.lock().expect("inits lock");
+        if inits.len() >= HANDOVER_LIMIT {
+            inits.clear();
+        }
+        inits.insert(id.to_string(), state.initialize_params.clone());
+        Ok(())
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), SessionStoreError> {
+        self.0.delete(id).await;
+        Ok(())
+    }
+}
+
+/// The record of a session a replica is rebuilding, on the request that rebuilds it: the
+/// handler's replayed `initialize` reads it to restore the level and subscriptions.
+#[derive(Debug, Clone)]
+pub struct Restored(pub Arc<Record>);
+
+/// The session id a request carries (set by the HTTP edge), for changes the handler records.
+#[derive(Debug, Clone)]
+pub struct SessionKey(pub Arc<str>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> InitializeRequestParams {
+        serde_json::from_value(serde_json::json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "t", "version": "1"}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_record_round_trips_through_its_fields() {
+        let record = Record {
+            principal: "alice".into(),
+            client: client(),
+            level: Some("warning".into()),
+            subscriptions: vec!["file:///a".into(), "file:///b".into()],
+            upstreams: vec!["db".into()],
+            created_ms: 5,
+            seen_ms: 0,
+        };
+        let fields: HashMap<String, String> = SharedSessions::fields_of(&record).into_iter().collect();
+        let back = Record::from_fields(&fields).unwrap();
+        assert_eq!(back.principal, "alice");
+        assert_eq!(back.client, record.client);
+        assert_eq!(back.level.as_deref(), Some("warning"));
+        assert_eq!(back.subscriptions, record.subscriptions);
+        assert_eq!(back.upstreams, record.upstreams);
+        assert_eq!(back.created_ms, 5);
+        assert!(back.seen_ms > 0);
+    }
+
+    #[test]
+    fn a_record_without_its_principal_is_not_a_session() {
+        let mut fields: HashMap<String, String> =
+            SharedSessions::fields_of(&Record::from_fields(&base()).unwrap()).into_iter().collect();
+        fields.remove(PRINCIPAL);
+        assert!(Record::from_fields(&fields).is_err());
+    }
+
+    fn base() -> HashMap<String, String> {
+        HashMap::from([
+            (PRINCIPAL.to_string(), "bob".to_string()),
+            (CLIENT.to_string(), serde_json::to_string(&client()).unwrap()),
+        ])
+    }
+
+    #[test]
+    fn changes_set_and_remove_fields() {
+        let mut fields = Fields::new();
+        Change::Subscribed("file:///x".into()).apply(&mut fields);
+        Change::Level("error".into()).apply(&mut fields);
+        assert_eq!(fields.get("sub:file:///x").map(String::as_str), Some("1"));
+        let (set, del) = Change::Unsubscribed("file:///x".into()).apply(&mut fields);
+        assert!(set.is_none());
+        assert_eq!(del.as_deref(), Some("sub:file:///x"));
+        assert!(!fields.contains_key("sub:file:///x"));
+        assert_eq!(fields.get(LEVEL).map(String::as_str), Some("error"));
+    }
+
+    #[tokio::test]
+    async fn keys_hide_the_session_id() {
+        let cfg = RedisConfig {
+            url: "redis://127.0.0.1:1".into(),
+            key_prefix: "p:".into(),
+            timeout: Duration::from_millis(50),
+        };
+        let s = SharedSessions::new(&cfg, Duration::from_secs(60)).unwrap();
+        let key = s.key("secret-session-id");
+        assert!(key.starts_with("p:session:") && !key.contains("secret"), "{key}");
+        assert_eq!(key.len(), "p:session:".len() + 64);
+        assert!(s.ended_key("secret-session-id").starts_with("p:ended:"));
+        assert_eq!(s.ended_key("secret-session-id")["p:ended:".len()..], key["p:session:".len()..]);
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_store_fails_fast_and_says_so() {
+        // Nothing listens on port 1.
+        let cfg = RedisConfig {
+            url: "redis://127.0.0.1:1".into(),
+            key_prefix: "p:".into(),
+            timeout: Duration::from_millis(200),
+        };
+        let s = SharedSessions::new(&cfg, Duration::from_secs(60)).unwrap();
+        let started = Instant::now();
+        assert!(s.fetch("x").await.is_err());
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        let status = s.status();
+        assert_eq!(status.state, "down");
+        assert!(status.last_error.is_some());
+        assert_eq!(status.errors, 1);
+    }
+}

@@ -1,0 +1,416 @@
+//! Replicas sharing sessions through a real `redis-server` (`[sessions] store = "redis"`):
+//! `toolmux serve` children behind a round-robin balancer written here, so that one session's
+//! requests alternate between replicas.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::*;
+
+/// A `redis-server` on 127.0.0.1 at a free port, with no persistence: a restart loses every key.
+struct Redis {
+    port: u16,
+    child: Option<tokio::process::Child>,
+}
+
+impl Redis {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut r = Self { port, child: None };
+        r.restart().await;
+        r
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    async fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill().await;
+            let _ = c.wait().await;
+        }
+    }
+
+    /// (Re)starts it on the same port, empty, and waits until it answers.
+    async fn restart(&mut self) {
+        self.kill().await;
+        let server = std::env::var_os("PATH")
+            .and_then(|p| std::env::split_paths(&p).map(|d| d.join("redis-server")).find(|f| f.is_file()))
+            .expect("redis-server is not installed; scripts/test.sh installs it (Debian package redis-server)");
+        let child = tokio::process::Command::new(server)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        let url = self.url();
+        let up = eventually(Duration::from_secs(10), || {
+            let url = url.clone();
+            async move {
+                let Ok(client) = redis::Client::open(url) else { return false };
+                let Ok(mut c) = client.get_multiplexed_async_connection().await else { return false };
+                redis::cmd("PING").query_async::<String>(&mut c).await.is_ok()
+            }
+        })
+        .await;
+        assert!(up, "redis-server answers on port {}", self.port);
+    }
+}
+
+/// A plain HTTP load balancer: each request goes to the next replica in turn; a replica that
+/// refuses the connection, or answers 503 (stopping), is skipped for the next, as a balancer's
+/// passive health checks would. The body is buffered, the answer streamed back.
+struct Balancer {
+    url: String,
+    targets: Arc<Mutex<Vec<String>>>,
+    /// Requests answered, by replica base URL.
+    hits: Arc<Mutex<HashMap<String, usize>>>,
+    ct: CancellationToken,
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.ct.cancel();
+    }
+}
+
+impl Balancer {
+    async fn start(targets: Vec<String>) -> Self {
+        let targets = Arc::new(Mutex::new(targets));
+        let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let next = Arc::new(AtomicUsize::new(0));
+        let http = reqwest::Client::new();
+        let (t, h) = (targets.clone(), hits.clone());
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let (targets, hits, next, http) = (t.clone(), h.clone(), next.clone(), http.clone());
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = axum::body::to_bytes(body, 16 << 20).await.unwrap_or_default();
+                let path = parts.uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
+                let live = targets.lock().unwrap().clone();
+                for _ in 0..live.len().max(1) * 2 {
+                    let Some(base) = live.get(next.fetch_add(1, Ordering::Relaxed) % live.len().max(1)).cloned() else {
+                        break;
+                    };
+                    let mut forward = http.request(parts.method.clone(), format!("{base}{path}")).body(body.clone());
+                    for (k, v) in &parts.headers {
+                        if k != "host" && k != "content-length" {
+                            forward = forward.header(k, v);
+                        }
+                    }
+                    let Ok(answer) = forward.send().await else { continue };
+                    if answer.status() == 503 {
+                        continue;
+                    }
+                    *hits.lock().unwrap().entry(base).or_default() += 1;
+                    let mut response = axum::response::Response::builder().status(answer.status());
+                    for (k, v) in answer.headers() {
+                        response = response.header(k, v);
+                    }
+                    return response.body(axum::body::Body::from_stream(answer.bytes_stream())).unwrap();
+                }
+                axum::response::Response::builder()
+                    .status(502)
+                    .body(axum::body::Body::from("no replica answered"))
+                    .unwrap()
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let ct = CancellationToken::new();
+        let stop = ct.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await;
+        });
+        Self { url, targets, hits, ct }
+    }
+
+    fn set_targets(&self, targets: Vec<String>) {
+        *self.targets.lock().unwrap() = targets;
+    }
+
+    fn hits(&self, base: &str) -> usize {
+        self.hits.lock().unwrap().get(base).copied().unwrap_or(0)
+    }
+}
+
+/// A replica's configuration: `mode`, the testkit backend at `kit` (one session per client), the
+/// echo backend at `echo` (shared), sessions in `redis`.
+fn replica_config(
+    dir: &std::path::Path,
+    mode: &str,
+    kit: &str,
+    echo: &str,
+    redis: &Redis,
+    extra: &str,
+) -> std::path::PathBuf {
+    let path = dir.join(format!("toolmux-{mode}.toml"));
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\nshutdown_grace = \"20s\"\n\
+         [optimizer]\ncache_dir = {cache:?}\n\
+         [sessions]\nstore = \"redis\"\nredis_url = \"{url}\"\ntimeout = \"300ms\"\n{extra}\n\
+         [[backends]]\nname = \"kit\"\nurl = \"{kit}\"\nsession = \"per_client\"\n\
+         [[backends]]\nname = \"echo\"\nurl = \"{echo}\"\nsession = \"shared\"\n",
+        cache = shared_cache_dir(),
+        url = redis.url(),
+    );
+    std::fs::write(&path, toml).unwrap();
+    path
+}
+
+/// One tool call in `mode` through a session: the backend tool directly (passthrough), or
+/// find_tool then call_tool with the name it found (optimizer).
+async fn use_tools(c: &rmcp::service::RunningService<rmcp::service::RoleClient, Recorder>, mode: &str, input: &str) {
+    let name = if mode == "optimizer" {
+        let r = call(c, "find_tool", json!({"tool_description": "echo the input text back"})).await;
+        let found = found(&r);
+        assert!(found.iter().any(|n| n == "kit_echo" || n == "echo_echo"), "{found:?}");
+        let r = call(c, "call_tool", json!({"tool_name": "echo_echo", "parameters": {"input": input}})).await;
+        assert_eq!(text(&r), input);
+        "kit_echo"
+    } else {
+        let r = call(c, "echo_echo", json!({"input": input})).await;
+        assert_eq!(text(&r), input);
+        "kit_echo"
+    };
+    let r = if mode == "optimizer" {
+        call(c, "call_tool", json!({"tool_name": name, "parameters": {"input": input}})).await
+    } else {
+        call(c, name, json!({"input": input})).await
+    };
+    assert_eq!(text(&r), input, "a per-client backend answers on whichever replica serves the request");
+}
+
+/// One rmcp client session through the balancer alternates between two replicas, in both modes;
+/// after one replica is killed (SIGKILL) the session carries on, find_tool and call_tool
+/// included. A 2026-07-28 caller without a session is served through the balancer too.
+#[tokio::test]
+async fn a_session_is_served_by_whichever_replica_its_request_reaches() {
+    let redis = Redis::start().await;
+    let kit = ChildBackend::start("testkit").await;
+    let echo = http_backend("echo").await;
+    let dir = tempfile::tempdir().unwrap();
+    for mode in ["passthrough", "optimizer"] {
+        let config = replica_config(dir.path(), mode, &kit.url(), &echo.url, &redis, "");
+        let a = Served::start(&config).await;
+        let b = Served::start(&config).await;
+        let lb = Balancer::start(vec![a.base.clone(), b.base.clone()]).await;
+        let c = rmcp::ServiceExt::serve(
+            Recorder::default(),
+            rmcp::transport::StreamableHttpClientTransport::from_uri(lb.url.clone()),
+        )
+        .await
+        .expect("the client connects through the balancer");
+        let tools = c.list_all_tools().await.unwrap();
+        assert!(!tools.is_empty());
+        for i in 0..4 {
+            use_tools(&c, mode, &format!("{mode} {i}")).await;
+        }
+        assert!(lb.hits(&a.base) >= 3 && lb.hits(&b.base) >= 3, "{mode}: both replicas served the session");
+        let restored = |s: Value| s["sessions"]["store"]["restored"].as_u64().unwrap_or(0);
+        assert!(restored(a.status().await) + restored(b.status().await) >= 1, "{mode}: one replica rebuilt it");
+        assert_eq!(b.status().await["sessions"]["store"]["state"], "up");
+
+        // A replica dies: the next requests land on the survivor, which has (or rebuilds) the session.
+        a.signal(nix::sys::signal::Signal::SIGKILL);
+        for i in 0..3 {
+            use_tools(&c, mode, &format!("{mode} after the kill {i}")).await;
+        }
+        let tools_after = c.list_all_tools().await.unwrap();
+        assert_eq!(tools_after.len(), tools.len(), "{mode}: the same tools after the kill");
+        c.cancel().await.unwrap();
+
+        // A 2026-07-28 caller has no session to find: any replica serves it.
+        lb.set_targets(vec![b.base.clone()]);
+        let stateless = {
+            use rmcp::{ClientLifecycleMode, ClientServiceExt, model::ProtocolVersion};
+            Recorder::default()
+                .serve_with_lifecycle(
+                    rmcp::transport::StreamableHttpClientTransport::from_uri(lb.url.clone()),
+                    ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+                )
+                .await
+                .expect("a 2026-07-28 client connects")
+        };
+        let r = if mode == "optimizer" {
+            call(&stateless, "call_tool", json!({"tool_name": "echo_echo", "parameters": {"input": "stateless"}})).await
+        } else {
+            call(&stateless, "echo_echo", json!({"input": "stateless"})).await
+        };
+        assert_eq!(text(&r), "stateless");
+    }
+}
+
+/// A session id presented by another principal is unknown on every replica (404), stored or
+/// not; its owner's `DELETE` on one replica ends it on the others too.
+#[tokio::test]
+async fn a_stored_session_is_its_principals_alone_and_ends_everywhere() {
+    let redis = Redis::start().await;
+    let kit = ChildBackend::start("testkit").await;
+    let echo = http_backend("echo").await;
+    let dir = tempfile::tempdir().unwrap();
+    let auth = bearer_auth(&["alice", "bob"]);
+    let config = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    // A short idle timeout: replicas check for sessions ended elsewhere every second.
+    let text_of = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("shutdown_grace = \"20s\"\n", "shutdown_grace = \"20s\"\nsession_idle_timeout = \"4s\"\n")
+        + &auth;
+    std::fs::write(&config, text_of).unwrap();
+    let a = Served::start(&config).await;
+    let b = Served::start(&config).await;
+
+    let alice = RawSession::open_as(&a.url, Some("alice")).await;
+    alice.call("echo_echo", json!({"input": "hi"})).await;
+    for (replica, url) in [("a", &a.url), ("b", &b.url)] {
+        let bob = alice.presented(url, Some("bob"));
+        let refused = bob.try_request("tools/list", json!({})).await.unwrap_err();
+        assert!(refused.contains("404"), "bob on replica {replica}: {refused}");
+    }
+    let on_b = alice.presented(&b.url, Some("alice"));
+    let r = on_b.call("echo_echo", json!({"input": "on b"})).await;
+    assert_eq!(r["content"][0]["text"], "on b");
+    // bob is refused on b now that b holds the session locally, too.
+    let refused = alice.presented(&b.url, Some("bob")).try_request("tools/list", json!({})).await.unwrap_err();
+    assert!(refused.contains("404"), "{refused}");
+
+    assert_eq!(on_b.delete().await, 200);
+    let ended_on_a = eventually(Duration::from_secs(10), || async {
+        alice.try_request("tools/list", json!({})).await.is_err_and(|e| e.contains("404"))
+    })
+    .await;
+    assert!(ended_on_a, "a session ended on b is ended on a");
+    let gone = alice.presented(&b.url, Some("alice")).try_request("tools/list", json!({})).await.unwrap_err();
+    assert!(gone.contains("404"), "{gone}");
+}
+
+/// Redis killed: sessions a replica holds keep working and new ones are created, `/status` and
+/// `/metrics` say the store is down, and a session this replica does not hold gets a quick 503.
+/// Redis restarted empty: every replica writes its sessions through, and they move again.
+#[tokio::test]
+async fn a_store_outage_costs_only_moves_between_replicas() {
+    let mut redis = Redis::start().await;
+    let kit = ChildBackend::start("testkit").await;
+    let echo = http_backend("echo").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let a = Served::start(&config).await;
+    let b = Served::start(&config).await;
+    let before = RawSession::open_url(&a.url).await;
+    before.call("kit_remember", json!({"value": "kept"})).await;
+
+    redis.kill().await;
+    let r = before.call("kit_recall", json!({})).await;
+    assert_eq!(r["content"][0]["text"], "kept", "a held session keeps its backend session");
+    let during = RawSession::open_url(&a.url).await;
+    during.call("echo_echo", json!({"input": "x"})).await;
+    let started = std::time::Instant::now();
+    let moved = during.presented(&b.url, None).try_request("tools/list", json!({})).await.unwrap_err();
+    assert!(moved.contains("503"), "{moved}");
+    assert!(started.elapsed() < Duration::from_secs(5), "no wait on a dead store: {:?}", started.elapsed());
+    let status = a.status().await;
+    assert_eq!(status["sessions"]["store"]["state"], "down", "{status}");
+    assert!(status["sessions"]["store"]["pending_writes"].as_u64().unwrap() >= 1, "{status}");
+    let metrics = a.get("/metrics").await.1;
+    assert!(metrics.contains("toolmux_session_store_up 0"), "{metrics}");
+
+    redis.restart().await;
+    let written = eventually(Duration::from_secs(15), || async {
+        let s = a.status().await;
+        s["sessions"]["store"]["state"] == "up" && s["sessions"]["store"]["pending_writes"] == 0
+    })
+    .await;
+    assert!(written, "replica a writes its sessions through: {}", a.status().await);
+    for s in [&before, &during] {
+        let r = s.presented(&b.url, None).call("echo_echo", json!({"input": "moved"})).await;
+        assert_eq!(r["content"][0]["text"], "moved");
+    }
+    assert!(a.get("/metrics").await.1.contains("toolmux_session_store_up 1"));
+}
+
+/// A rolling restart of three replicas under 100 sessions that call tools without pause: each
+/// replica in turn leaves the balancer, is stopped (SIGTERM: it finishes what it runs) and
+/// started again; not one request fails, and every session keeps working to the end.
+#[tokio::test]
+async fn a_rolling_restart_under_load_fails_no_request() {
+    const SESSIONS: usize = 100;
+    let redis = Redis::start().await;
+    let kit = ChildBackend::start("testkit").await;
+    let echo = http_backend("echo").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let mut replicas = vec![Served::start(&config).await, Served::start(&config).await, Served::start(&config).await];
+    let lb = Balancer::start(replicas.iter().map(|r| r.base.clone()).collect()).await;
+
+    let stop = CancellationToken::new();
+    let ok = Arc::new(AtomicUsize::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut load = tokio::task::JoinSet::new();
+    for i in 0..SESSIONS {
+        let (url, stop, ok, failures) = (lb.url.clone(), stop.clone(), ok.clone(), failures.clone());
+        load.spawn(async move {
+            let s = RawSession::open_url(&url).await;
+            let mut n = 0usize;
+            while !stop.is_cancelled() {
+                let input = format!("{i}.{n}");
+                match s.try_request("tools/call", json!({"name": "echo_echo", "arguments": {"input": input}})).await {
+                    Ok(r) if r["content"][0]["text"] == input.as_str() => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(r) => failures.lock().unwrap().push(format!("session {i}: wrong answer {r}")),
+                    Err(e) => failures.lock().unwrap().push(format!("session {i}: {e}")),
+                }
+                n += 1;
+            }
+            n
+        });
+    }
+    // Every session is up and calling before the first replica goes.
+    assert!(eventually(Duration::from_secs(60), || async { ok.load(Ordering::Relaxed) >= 2 * SESSIONS }).await);
+
+    for i in 0..replicas.len() {
+        let others: Vec<String> =
+            replicas.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, r)| r.base.clone()).collect();
+        lb.set_targets(others.clone());
+        replicas[i].signal(nix::sys::signal::Signal::SIGTERM);
+        let exit = tokio::time::timeout(Duration::from_secs(30), replicas[i].child.wait()).await.unwrap().unwrap();
+        assert_eq!(exit.code(), Some(0), "replica {i} stops cleanly");
+        replicas[i] = Served::start(&config).await;
+        let served_before = ok.load(Ordering::Relaxed);
+        lb.set_targets(replicas.iter().map(|r| r.base.clone()).collect());
+        assert!(
+            eventually(Duration::from_secs(30), || async { ok.load(Ordering::Relaxed) >= served_before + SESSIONS })
+                .await,
+            "calls go on after replica {i} restarted"
+        );
+    }
+    stop.cancel();
+    let mut calls = 0;
+    while let Some(n) = load.join_next().await {
+        calls += n.unwrap();
+    }
+    let failures = failures.lock().unwrap().clone();
+    assert!(
+        failures.is_empty(),
+        "{} of {calls} requests failed, e.g. {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    let restored: u64 = {
+        let mut total = 0;
+        for r in &replicas {
+            total += r.status().await["sessions"]["store"]["restored"].as_u64().unwrap_or(0);
+        }
+        total
+    };
+    assert!(restored >= SESSIONS as u64, "the restarted replicas rebuilt the sessions ({restored})");
+}
