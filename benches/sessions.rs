@@ -19,7 +19,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{RawSession, ms, percentile, rss_mib_of};
+use support::{ChildGateway, RawSession, ms, percentile};
 use tokio_util::sync::CancellationToken;
 
 const BACKENDS: usize = 10;
@@ -31,58 +31,14 @@ const CHURN_ROUNDS: usize = 5;
 /// Sessions opened at once while filling the gateway.
 const PARALLEL: usize = 32;
 
-/// The gateway binary in a child process, ended on drop.
-struct Gateway {
-    child: std::process::Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Gateway {
-    fn start(backends: &[String], session: &str) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut toml =
-            format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\nmax_sessions = {}\n", MANY + 100);
-        for (i, url) in backends.iter().enumerate() {
-            toml += &format!("\n[[backends]]\nname = \"kit{i}\"\nurl = \"{url}\"\nsession = \"{session}\"\n");
-        }
-        let config = dir.path().join("toolmux.toml");
-        std::fs::write(&config, toml).unwrap();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolmux"))
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .expect("the toolmux binary starts");
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
-        let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect("the listening line").to_string();
-        Self { child, url, _dir: dir }
+/// The gateway in passthrough mode over `backends`, each in `session` mode.
+fn start_gateway(backends: &[String], session: &str) -> ChildGateway {
+    let mut toml =
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\nmax_sessions = {}\n", MANY + 100);
+    for (i, url) in backends.iter().enumerate() {
+        toml += &format!("\n[[backends]]\nname = \"kit{i}\"\nurl = \"{url}\"\nsession = \"{session}\"\n");
     }
-
-    async fn ready(&self) {
-        let readyz = format!("{}/readyz", self.url.trim_end_matches("/mcp"));
-        for _ in 0..600 {
-            if reqwest::get(&readyz).await.is_ok_and(|r| r.status().is_success()) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("the gateway did not become ready");
-    }
-
-    fn rss(&self) -> f64 {
-        rss_mib_of(self.child.id())
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    ChildGateway::start(&toml)
 }
 
 /// Opens `n` sessions, `PARALLEL` at a time.
@@ -117,8 +73,8 @@ struct Figures {
     warm: Vec<Duration>,
 }
 
-async fn measure(backends: &[String], mode: &str, http: &reqwest::Client) -> (Figures, Gateway, Vec<RawSession>) {
-    let gw = Gateway::start(backends, mode);
+async fn measure(backends: &[String], mode: &str, http: &reqwest::Client) -> (Figures, ChildGateway, Vec<RawSession>) {
+    let gw = start_gateway(backends, mode);
     gw.ready().await;
     let base = gw.rss();
     let sessions = open_sessions(http, &gw.url, IDLE).await;

@@ -164,6 +164,56 @@ pub fn median(xs: &mut [f64]) -> f64 {
     xs[xs.len() / 2]
 }
 
+/// The `toolmux` binary serving a configuration in a child process, ended on drop.
+pub struct ChildGateway {
+    child: std::process::Child,
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl ChildGateway {
+    /// Starts `toolmux serve` on `toml` (which should listen on 127.0.0.1:0).
+    pub fn start(toml: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("toolmux.toml");
+        std::fs::write(&config, toml).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolmux"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("the toolmux binary starts");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect("the listening line").to_string();
+        Self { child, url, _dir: dir }
+    }
+
+    pub async fn ready(&self) {
+        let readyz = format!("{}/readyz", self.url.trim_end_matches("/mcp"));
+        for _ in 0..600 {
+            if reqwest::get(&readyz).await.is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("the gateway did not become ready");
+    }
+
+    pub fn rss(&self) -> f64 {
+        rss_mib_of(self.child.id())
+    }
+}
+
+impl Drop for ChildGateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 pub const ACCEPT: &str = "application/json, text/event-stream";
 
 /// A client session spoken to in raw HTTP, as a benchmark wants it: no SDK in the timings.
@@ -184,6 +234,11 @@ impl RawSession {
         let s = Self { http, url: url.to_string(), id };
         s.post(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
         s
+    }
+
+    /// The same session, its requests sent to `url` (another replica).
+    pub fn at(&self, url: &str) -> Self {
+        Self { http: self.http.clone(), url: url.to_string(), id: self.id.clone() }
     }
 
     /// Posts one message and reads its whole answer.

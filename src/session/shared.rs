@@ -213,7 +213,18 @@ impl SharedSessions {
     }
 
     /// Runs one command (or pipeline) against the deadline, recording how the store is doing.
+    /// While the store is down, fails at once: the write-through's probe finds out when it is
+    /// back, so an outage costs requests nothing but the lookups they cannot have.
     async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Pipeline) -> Result<T, Unreachable> {
+        if self.state.load(Ordering::Acquire) == DOWN {
+            let last = self.last_error.lock().expect("store error lock").as_ref().map(|(e, _)| e.clone());
+            return Err(Unreachable(last.unwrap_or_else(|| "down".into())));
+        }
+        self.probe(cmd).await
+    }
+
+    /// Runs one command (or pipeline) against the deadline, whatever the store's state.
+    async fn probe<T: redis::FromRedisValue>(&self, cmd: &redis::Pipeline) -> Result<T, Unreachable> {
         let mut conn = self.redis.clone();
         let outcome = tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut conn)).await;
         let error = match outcome {
@@ -415,7 +426,7 @@ impl SharedSessions {
             if self.state.load(Ordering::Acquire) != DOWN && self.pending_writes() == 0 {
                 if self.state.load(Ordering::Acquire) == UNKNOWN {
                     // Say early, in /status and the log, whether the store can be reached.
-                    let _ = self.run::<Vec<String>>(&ping).await;
+                    let _ = self.probe::<Vec<String>>(&ping).await;
                     continue;
                 }
                 tokio::select! {
@@ -429,7 +440,7 @@ impl SharedSessions {
                 _ = tokio::time::sleep(RETRY_EVERY) => {}
             }
             let was_down = self.state.load(Ordering::Acquire) == DOWN;
-            if self.run::<Vec<String>>(&ping).await.is_err() {
+            if self.probe::<Vec<String>>(&ping).await.is_err() {
                 continue;
             }
             if was_down {
@@ -659,5 +670,10 @@ mod tests {
         assert_eq!(status.state, "down");
         assert!(status.last_error.is_some());
         assert_eq!(status.errors, 1);
+        // Down: the next command is not even tried until the write-through's probe gets an answer.
+        let started = Instant::now();
+        assert!(s.fetch("y").await.is_err());
+        assert!(started.elapsed() < Duration::from_millis(50), "{:?}", started.elapsed());
+        assert_eq!(s.status().errors, 1);
     }
 }
