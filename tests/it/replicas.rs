@@ -414,3 +414,81 @@ async fn a_rolling_restart_under_load_fails_no_request() {
     };
     assert!(restored >= SESSIONS as u64, "the restarted replicas rebuilt the sessions ({restored})");
 }
+
+/// What a session changes is stored field by field and comes back on the replica that rebuilds
+/// it: a client that set its level to `error` on one replica hears no `info` log lines from a
+/// tool it calls on another, while a fresh session there does; its subscription is in the
+/// store until it unsubscribes, on the other replica.
+#[tokio::test]
+async fn a_rebuilt_session_keeps_its_level_and_subscriptions() {
+    let redis = Redis::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(crate::conformance_server::serve(listener, false));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
+             [sessions]\nstore = \"redis\"\nredis_url = \"{}\"\n{}",
+            redis.url(),
+            http_backend_toml("conformance", &backend)
+        ),
+    )
+    .unwrap();
+    let a = Served::start(&config).await;
+    let b = Served::start(&config).await;
+
+    let s = RawSession::open_url(&a.url).await;
+    s.request("logging/setLevel", json!({"level": "error"})).await;
+    s.request("resources/subscribe", json!({"uri": "test://watched-resource"})).await;
+    let stored = || async {
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(s.id.as_bytes());
+        let key = format!("toolmux:session:{}", toolmux::embed::files::hex(&digest));
+        redis::cmd("HGETALL").arg(key).query_async::<HashMap<String, String>>(&mut c).await.unwrap()
+    };
+    let fields = stored().await;
+    assert_eq!(fields.get("principal").map(String::as_str), Some("anonymous"), "{fields:?}");
+    assert_eq!(fields.get("level").map(String::as_str), Some("error"), "{fields:?}");
+    assert!(fields.contains_key("sub:test://watched-resource"), "{fields:?}");
+    assert!(!fields.values().chain(fields.keys()).any(|v| v.contains(&s.id)), "the session id is not stored");
+
+    // Log lines the backend sends outside a call's stream reach the client on its GET stream. A
+    // subscription made after the call is the marker: its update follows the call's log lines
+    // on the same backend session, so every line let through has arrived before it.
+    let logs = |session: &RawSession| {
+        let session = session.presented(&b.url, None);
+        async move {
+            // The first request on b rebuilds the moved session there.
+            session.call("conformance_test_simple_text", json!({})).await;
+            let mut events = session.listen().await;
+            session.call("conformance_test_tool_with_logging", json!({})).await;
+            session.request("resources/subscribe", json!({"uri": "test://static-text"})).await;
+            let mut lines = 0;
+            loop {
+                let m = tokio::time::timeout(Duration::from_secs(10), events.recv())
+                    .await
+                    .expect("the marker's update arrives")
+                    .expect("the stream stays open");
+                match m["method"].as_str() {
+                    Some("notifications/message") => lines += 1,
+                    Some("notifications/resources/updated") if m["params"]["uri"] == "test://static-text" => {
+                        return lines;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    };
+    let fresh = RawSession::open_url(&b.url).await;
+    assert_eq!(logs(&fresh).await, 3, "a session with no level hears the tool's info lines");
+    assert_eq!(logs(&s).await, 0, "the moved session keeps its level");
+
+    s.presented(&b.url, None).request("resources/unsubscribe", json!({"uri": "test://watched-resource"})).await;
+    let fields = stored().await;
+    assert!(!fields.contains_key("sub:test://watched-resource"), "{fields:?}");
+    assert_eq!(fields.get("level").map(String::as_str), Some("error"));
+}
