@@ -70,6 +70,7 @@ pub struct Sessions {
     pub redis_url: Option<String>,
     pub key_prefix: Option<String>,
     pub timeout: Option<String>,
+    pub tls_ca_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

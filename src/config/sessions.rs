@@ -27,6 +27,8 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// Deadline of every Redis command (and of a connection attempt).
     pub timeout: Duration,
+    /// PEM certificates that verify a `rediss://` server instead of the system's roots.
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 impl Default for SessionsConfig {
@@ -40,11 +42,15 @@ pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 
 impl Validator<'_> {
     pub(super) fn sessions(&mut self, raw: raw::Sessions) -> SessionsConfig {
-        let redis_keys_given = raw.redis_url.is_some() || raw.key_prefix.is_some() || raw.timeout.is_some();
+        let redis_keys_given =
+            raw.redis_url.is_some() || raw.key_prefix.is_some() || raw.timeout.is_some() || raw.tls_ca_file.is_some();
         let store = match raw.store.as_deref() {
             None | Some("memory") => {
                 if redis_keys_given {
-                    self.problem("sessions.store", "redis_url, key_prefix and timeout need store = \"redis\"");
+                    self.problem(
+                        "sessions.store",
+                        "redis_url, key_prefix, timeout and tls_ca_file need store = \"redis\"",
+                    );
                 }
                 SessionStore::Memory
             }
@@ -77,7 +83,23 @@ impl Validator<'_> {
                 };
                 let key_prefix = raw.key_prefix.unwrap_or_else(|| DEFAULT_KEY_PREFIX.into());
                 let timeout = self.positive("sessions.timeout", raw.timeout.as_deref(), DEFAULT_REDIS_TIMEOUT);
-                SessionStore::Redis(RedisConfig { url, key_prefix, timeout })
+                let tls_ca = raw.tls_ca_file.and_then(|path| {
+                    if !url.starts_with("rediss://") {
+                        self.problem("sessions.tls_ca_file", "only a rediss:// (TLS) redis_url is verified with it");
+                    }
+                    match std::fs::read(&path) {
+                        Ok(pem) if pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") => Some(pem),
+                        Ok(_) => {
+                            self.problem("sessions.tls_ca_file", format!("{path} holds no PEM certificate"));
+                            None
+                        }
+                        Err(e) => {
+                            self.problem("sessions.tls_ca_file", format!("cannot read {path}: {e}"));
+                            None
+                        }
+                    }
+                });
+                SessionStore::Redis(RedisConfig { url, key_prefix, timeout, tls_ca })
             }
             Some(other) => {
                 self.problem("sessions.store", format!("`{other}` is not one of \"memory\", \"redis\""));

@@ -139,6 +139,12 @@ fn sessions_default_to_memory_and_redis_needs_an_address() {
     assert!(e.problems[0].message.contains("\"memory\", \"redis\""), "{e}");
     let e = Config::parse("[sessions]\nredis_url = \"redis://x\"\n").unwrap_err();
     assert_eq!(e.problems[0].key, "sessions.store");
+    let e =
+        Config::parse("[sessions]\nstore = \"redis\"\nredis_url = \"redis://x\"\ntls_ca_file = \"/no/such/ca.pem\"\n")
+            .unwrap_err();
+    let messages: Vec<_> = e.problems.iter().map(|p| (p.key.as_str(), p.message.as_str())).collect();
+    assert_eq!(messages.len(), 2, "{e}");
+    assert!(messages[0].1.contains("rediss://") && messages[1].1.contains("cannot read /no/such/ca.pem"), "{e}");
     // A password in the URL is never repeated in an error.
     let e = Config::parse("[sessions]\nstore = \"redis\"\nredis_url = \"redis://:hunter2@\"\n").unwrap_err();
     assert!(!e.to_string().contains("hunter2"), "{e}");

@@ -173,8 +173,14 @@ const HANDOVER_LIMIT: usize = 4096;
 impl SharedSessions {
     /// Connects lazily: the gateway starts, and serves, while Redis is down.
     pub fn new(cfg: &RedisConfig, ttl: Duration) -> anyhow::Result<Arc<Self>> {
-        let client = redis::Client::open(cfg.url.as_str())
-            .map_err(|e| anyhow::anyhow!("sessions.redis_url: {}", e.detail().unwrap_or(e.category())))?;
+        let client = match &cfg.tls_ca {
+            None => redis::Client::open(cfg.url.as_str()),
+            Some(pem) => {
+                let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(pem.clone()) };
+                redis::Client::build_with_tls(cfg.url.as_str(), certs)
+            }
+        }
+        .map_err(|e| anyhow::anyhow!("sessions.redis_url: {}", e.detail().unwrap_or(e.category())))?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(cfg.timeout))
             .set_response_timeout(Some(cfg.timeout))
@@ -645,6 +651,7 @@ mod tests {
             url: "redis://127.0.0.1:1".into(),
             key_prefix: "p:".into(),
             timeout: Duration::from_millis(50),
+            tls_ca: None,
         };
         let s = SharedSessions::new(&cfg, Duration::from_secs(60)).unwrap();
         let key = s.key("secret-session-id");
@@ -661,6 +668,7 @@ mod tests {
             url: "redis://127.0.0.1:1".into(),
             key_prefix: "p:".into(),
             timeout: Duration::from_millis(200),
+            tls_ca: None,
         };
         let s = SharedSessions::new(&cfg, Duration::from_secs(60)).unwrap();
         let started = Instant::now();

@@ -131,9 +131,15 @@ impl Served {
     }
 
     pub async fn start_with(config: &std::path::Path, extra: &[&str]) -> Self {
+        Self::start_env(config, extra, &[]).await
+    }
+
+    /// Starts it with `extra` arguments and `env` added to its environment.
+    pub async fn start_env(config: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = tokio::process::Command::new(BIN)
             .args(["serve", "--config", config.to_str().unwrap()])
             .args(extra)
+            .envs(env.iter().copied())
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -16,19 +16,45 @@ use crate::harness::*;
 /// A `redis-server` on 127.0.0.1 at a free port, with no persistence: a restart loses every key.
 struct Redis {
     port: u16,
+    /// `requirepass`, if any.
+    password: Option<String>,
+    /// TLS only, with the test certificate of `tests/fixtures/redis-tls`.
+    tls: bool,
     child: Option<tokio::process::Child>,
 }
 
 impl Redis {
     async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    async fn start_with(password: Option<&str>) -> Self {
+        Self::launch(password, false).await
+    }
+
+    async fn launch(password: Option<&str>, tls: bool) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut r = Self { port, child: None };
+        let mut r = Self { port, password: password.map(str::to_owned), tls, child: None };
         r.restart().await;
         r
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        let auth = self.password.as_ref().map(|p| format!(":{p}@")).unwrap_or_default();
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://{auth}127.0.0.1:{}/0", self.port)
+    }
+
+    /// A client of it (with TLS, trusting the test CA).
+    fn client(&self) -> redis::Client {
+        match self.tls {
+            false => redis::Client::open(self.url()).unwrap(),
+            true => {
+                let root_cert = Some(std::fs::read(fixture_tls("ca.pem")).unwrap());
+                redis::Client::build_with_tls(self.url(), redis::TlsCertificates { client_tls: None, root_cert })
+                    .unwrap()
+            }
+        }
     }
 
     async fn kill(&mut self) {
@@ -44,19 +70,33 @@ impl Redis {
         let server = std::env::var_os("PATH")
             .and_then(|p| std::env::split_paths(&p).map(|d| d.join("redis-server")).find(|f| f.is_file()))
             .expect("redis-server is not installed; scripts/test.sh installs it (Debian package redis-server)");
+        let mut args = vec!["--port".to_string(), self.port.to_string()];
+        if self.tls {
+            args = vec!["--port".into(), "0".into(), "--tls-port".into(), self.port.to_string()];
+            args.extend([
+                "--tls-cert-file".into(),
+                fixture_tls("cert.pem"),
+                "--tls-key-file".into(),
+                fixture_tls("key.pem"),
+            ]);
+            args.extend(["--tls-auth-clients", "no"].map(String::from));
+        }
+        args.extend(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"].map(String::from));
+        if let Some(p) = &self.password {
+            args.extend(["--requirepass".to_string(), p.clone()]);
+        }
         let child = tokio::process::Command::new(server)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .expect("start redis-server");
         self.child = Some(child);
-        let url = self.url();
+        let client = self.client();
         let up = eventually(Duration::from_secs(10), || {
-            let url = url.clone();
+            let client = client.clone();
             async move {
-                let Ok(client) = redis::Client::open(url) else { return false };
                 let Ok(mut c) = client.get_multiplexed_async_connection().await else { return false };
                 redis::cmd("PING").query_async::<String>(&mut c).await.is_ok()
             }
@@ -64,6 +104,11 @@ impl Redis {
         .await;
         assert!(up, "redis-server answers on port {}", self.port);
     }
+}
+
+/// A file of the test certificates: a CA, and a certificate it signed for 127.0.0.1.
+fn fixture_tls(file: &str) -> String {
+    format!("{}/tests/fixtures/redis-tls/{file}", env!("CARGO_MANIFEST_DIR"))
 }
 
 /// A plain HTTP load balancer: each request goes to the next replica in turn; a replica that
@@ -444,8 +489,7 @@ async fn a_rebuilt_session_keeps_its_level_and_subscriptions() {
     s.request("logging/setLevel", json!({"level": "error"})).await;
     s.request("resources/subscribe", json!({"uri": "test://watched-resource"})).await;
     let stored = || async {
-        let client = redis::Client::open(redis.url()).unwrap();
-        let mut c = client.get_multiplexed_async_connection().await.unwrap();
+        let mut c = redis.client().get_multiplexed_async_connection().await.unwrap();
         let digest = <sha2::Sha256 as sha2::Digest>::digest(s.id.as_bytes());
         let key = format!("toolmux:session:{}", toolmux::embed::files::hex(&digest));
         redis::cmd("HGETALL").arg(key).query_async::<HashMap<String, String>>(&mut c).await.unwrap()
@@ -491,4 +535,62 @@ async fn a_rebuilt_session_keeps_its_level_and_subscriptions() {
     let fields = stored().await;
     assert!(!fields.contains_key("sub:test://watched-resource"), "{fields:?}");
     assert_eq!(fields.get("level").map(String::as_str), Some("error"));
+}
+
+/// A Redis that speaks only TLS (`rediss://`): sessions move between replicas through it.
+#[tokio::test]
+async fn sessions_move_through_a_redis_that_speaks_tls() {
+    let redis = Redis::launch(None, true).await;
+    let kit = ChildBackend::start("testkit").await;
+    let echo = http_backend("echo").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = format!("tls_ca_file = {:?}\n", fixture_tls("ca.pem"));
+    let config = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, &ca);
+    let a = Served::start(&config).await;
+    let b = Served::start(&config).await;
+    let s = RawSession::open_url(&a.url).await;
+    let r = s.presented(&b.url, None).call("echo_echo", json!({"input": "over tls"})).await;
+    assert_eq!(r["content"][0]["text"], "over tls");
+    assert_eq!(b.status().await["sessions"]["store"]["restored"], 1);
+
+    // Without the CA, the server's certificate is checked against the system's roots, and fails.
+    let unverified = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let c = Served::start(&unverified).await;
+    RawSession::open_url(&c.url).await;
+    let status = c.status().await;
+    assert_eq!(status["sessions"]["store"]["state"], "down", "{status}");
+    let error = status["sessions"]["store"]["last_error"].as_str().unwrap().to_lowercase();
+    assert!(error.contains("certificate") || error.contains("issuer"), "{error}");
+}
+
+/// A Redis with a password: the right one in `redis_url` (from the environment, as an operator
+/// would keep it) shares sessions; a wrong one shows in `/status` as an authentication failure,
+/// without the password, and the replica still serves its own sessions.
+#[tokio::test]
+async fn redis_with_a_password_and_a_wrong_one() {
+    let redis = Redis::start_with(Some("s3cret-pw")).await;
+    let kit = ChildBackend::start("testkit").await;
+    let echo = http_backend("echo").await;
+    let dir = tempfile::tempdir().unwrap();
+    let right = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let text = std::fs::read_to_string(&right).unwrap();
+    std::fs::write(&right, text.replace(":s3cret-pw@", ":${REDIS_PASSWORD}@")).unwrap();
+    let env = [("REDIS_PASSWORD", "s3cret-pw")];
+    let a = Served::start_env(&right, &[], &env).await;
+    let b = Served::start_env(&right, &[], &env).await;
+    let s = RawSession::open_url(&a.url).await;
+    let r = s.presented(&b.url, None).call("echo_echo", json!({"input": "with a password"})).await;
+    assert_eq!(r["content"][0]["text"], "with a password");
+
+    let wrong = dir.path().join("wrong.toml");
+    std::fs::write(&wrong, text.replace(":s3cret-pw@", ":not-it@")).unwrap();
+    let c = Served::start(&wrong).await;
+    let own = RawSession::open_url(&c.url).await;
+    own.call("echo_echo", json!({"input": "mine"})).await;
+    let status = c.status().await;
+    let store = &status["sessions"]["store"];
+    assert_eq!(store["state"], "down", "{status}");
+    let error = store["last_error"].as_str().unwrap().to_lowercase();
+    assert!(error.contains("auth") || error.contains("password"), "{error}");
+    assert!(!status.to_string().contains("not-it") && !status.to_string().contains("s3cret"), "{status}");
 }
