@@ -164,23 +164,21 @@ impl Edge {
         if let Some(id) = &session {
             // Another principal's session is answered like one that does not exist.
             let owner = self.owners.lock().expect("owners lock").get(id).cloned();
-            match owner {
-                Some(o) if o != principal => {
-                    tracing::info!(%principal, "request refused: 404 for another principal's session");
-                    return (StatusCode::NOT_FOUND, "no such session\n").into_response();
-                }
-                Some(_) => self.refresh(id),
-                None => {
-                    if let Some(shared) = &self.shared
-                        && !self.sessions.sessions.read().await.contains_key(id.as_str())
-                    {
-                        match self.restorable(shared, id, &principal).await {
-                            Ok(record) => {
-                                req.extensions_mut().insert(Restored(Arc::new(record)));
-                                restoring = true;
-                            }
-                            Err(refusal) => return refusal,
+            if owner.as_ref().is_some_and(|o| *o != principal) {
+                tracing::info!(%principal, "request refused: 404 for another principal's session");
+                return (StatusCode::NOT_FOUND, "no such session\n").into_response();
+            }
+            if let Some(shared) = &self.shared {
+                if self.sessions.sessions.read().await.contains_key(id.as_str()) {
+                    self.refresh(id);
+                } else {
+                    // Not held here (never, or no longer): the store says whose it is, if anyone's.
+                    match self.restorable(shared, id, &principal).await {
+                        Ok(record) => {
+                            req.extensions_mut().insert(Restored(Arc::new(record)));
+                            restoring = true;
                         }
+                        Err(refusal) => return refusal,
                     }
                 }
             }

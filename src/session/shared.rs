@@ -411,9 +411,11 @@ impl SharedSessions {
         self.run::<()>(&pipe).await.is_ok()
     }
 
-    /// Forgets the sessions `live` says have ended here (they stay in the store until they expire).
+    /// Forgets the sessions `live` says have ended here (they stay in the store until they
+    /// expire). One kept or refreshed in the last minute stays: it may be a rebuild under way.
     pub fn forget(&self, live: impl Fn(&str) -> bool) {
-        self.local.lock().expect("local lock").retain(|id, _| live(id));
+        let recent = Duration::from_secs(60);
+        self.local.lock().expect("local lock").retain(|id, e| live(id) || e.refreshed.elapsed() < recent);
     }
 
     /// Sessions kept here.
