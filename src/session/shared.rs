@@ -206,12 +206,7 @@ impl SharedSessions {
     }
 
     fn key(&self, id: &str) -> String {
-        let digest = Sha256::digest(id.as_bytes());
-        let mut key = format!("{}session:", self.prefix);
-        for b in digest {
-            key.push_str(&format!("{b:02x}"));
-        }
-        key
+        format!("{}session:{}", self.prefix, crate::embed::files::hex(&Sha256::digest(id.as_bytes())))
     }
 
     fn ttl_ms(&self) -> i64 {
@@ -288,13 +283,17 @@ impl SharedSessions {
             tracing::warn!("a new session's initialize parameters were not handed over; it is not shared");
             return;
         };
-        let now = now_ms().to_string();
-        let mut fields = Fields::new();
-        fields.insert(PRINCIPAL.into(), principal.to_string());
-        fields.insert(REVISION.into(), client.protocol_version.to_string());
-        fields.insert(CLIENT.into(), serde_json::to_string(&client).expect("initialize parameters serialise"));
-        fields.insert(CREATED.into(), now.clone());
-        fields.insert(SEEN.into(), now);
+        let now = now_ms();
+        let record = Record {
+            principal: principal.to_string(),
+            client,
+            level: None,
+            subscriptions: Vec::new(),
+            upstreams: Vec::new(),
+            created_ms: now,
+            seen_ms: now,
+        };
+        let fields = Self::fields_of(&record);
         let ok = self.write(id, &fields).await;
         self.local
             .lock()
@@ -514,7 +513,7 @@ impl SharedSessions {
         }
     }
 
-    /// The record's fields as this replica keeps them (for a restore: what was fetched).
+    /// The record's fields as this replica keeps them (seen now).
     pub fn fields_of(record: &Record) -> Fields {
         let mut fields = Fields::new();
         fields.insert(PRINCIPAL.into(), record.principal.clone());
