@@ -7,7 +7,7 @@
 # over stdio.
 #
 # Installs the pinned SDKs into a cache folder on first use (a Python virtual environment, and an
-# npm prefix). Needs python3 with venv, node ≥ 18 and npm.
+# npm prefix), and redis-server (scripts/redis.sh). Needs python3 with venv, node ≥ 18 and npm.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -47,6 +47,7 @@ github_url=$(first_line "$work/github.out" "the github backend")
 passed=0
 failed=0
 run() {
+  echo "sdk: $(date +%T) $1" >&2
   local label=$1; shift
   if "$@" 2> "$work/client.err"; then
     passed=$((passed + 1))
@@ -88,6 +89,58 @@ TOML
   kill "$gateway"
   wait "$gateway" 2>/dev/null || true
   : > "$work/gateway.out"
+done
+
+# Two replicas sharing sessions through Redis behind a round-robin balancer (tests/sdk/balancer.py):
+# each SDK's requests alternate between them, so a session made on one is rebuilt on the other.
+scripts/redis.sh
+redis_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no > "$work/redis.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do redis-cli -p "$redis_port" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+restored() { curl -fsS "${1%/mcp}/status" | python3 -c 'import json, sys; print(json.load(sys.stdin)["sessions"]["store"]["restored"])'; }
+for mode in passthrough optimizer; do
+  config="$work/$mode-replica.toml"
+  cat > "$config" <<TOML
+[server]
+listen = "127.0.0.1:0"
+mode = "$mode"
+
+[sessions]
+store = "redis"
+redis_url = "redis://127.0.0.1:$redis_port/0"
+
+[[backends]]
+name = "github"
+url = "$github_url"
+
+[[backends]]
+name = "kit"
+command = "$bin"
+args = ["backend", "testkit", "--stdio"]
+TOML
+  replicas=()
+  for r in a b; do
+    "$bin" serve --config "$config" > "$work/replica-$r.out" 2> "$work/replica-$r.out.err" &
+    pids+=($!)
+    replicas+=($!)
+    url=$(first_line "$work/replica-$r.out" "replica $r ($mode)" | grep -o 'http://[^ ]*')
+    wait_ready "$url"
+    eval "url_$r=$url"
+  done
+  python3 tests/sdk/balancer.py "${url_a%/mcp}" "${url_b%/mcp}" > "$work/balancer.out" 2> "$work/balancer.out.err" &
+  balancer=$!
+  pids+=($balancer)
+  lb_url=$(first_line "$work/balancer.out" "the balancer")
+
+  run "python-sdk (legacy) $mode through two replicas" "$venv/bin/python" tests/sdk/client.py "$mode" "$lb_url" --legacy
+  run "python-sdk $mode through two replicas" "$venv/bin/python" tests/sdk/client.py "$mode" "$lb_url"
+  run "typescript-sdk $mode through two replicas" node "$npm_prefix/client.mjs" "$mode" "$lb_url"
+  moved=$(( $(restored "$url_a") + $(restored "$url_b") ))
+  run "sessions rebuilt by the other replica ($mode)" test "$moved" -ge 2
+
+  kill "${replicas[@]}" "$balancer"
+  wait "${replicas[@]}" "$balancer" 2>/dev/null || true
 done
 
 echo "sdk: $passed passed, $failed failed"
