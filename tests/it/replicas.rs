@@ -367,6 +367,9 @@ async fn a_store_outage_costs_only_moves_between_replicas() {
     assert!(status["sessions"]["store"]["pending_writes"].as_u64().unwrap() >= 1, "{status}");
     let metrics = a.get("/metrics").await.1;
     assert!(metrics.contains("toolmux_session_store_up 0"), "{metrics}");
+    let table = std::process::Command::new(BIN).args(["status", "--url", &a.base]).output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("session store redis: down") && table.contains("writes pending"), "{table}");
 
     redis.restart().await;
     let written = eventually(Duration::from_secs(15), || async {
