@@ -82,6 +82,8 @@ impl Redis {
             args.extend(["--tls-auth-clients", "no"].map(String::from));
         }
         args.extend(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"].map(String::from));
+        // DEBUG SLEEP makes it stop answering for a while: a slow store, on demand.
+        args.extend(["--enable-debug-command", "yes"].map(String::from));
         if let Some(p) = &self.password {
             args.extend(["--requirepass".to_string(), p.clone()]);
         }
@@ -383,6 +385,50 @@ async fn a_store_outage_costs_only_moves_between_replicas() {
         assert_eq!(r["content"][0]["text"], "moved");
     }
     assert!(a.get("/metrics").await.1.contains("toolmux_session_store_up 1"));
+}
+
+/// A Redis that stops answering for 10 s (DEBUG SLEEP) is a slow store: a session that must be
+/// looked up gets 503 after `sessions.timeout` (300 ms here), long before Redis wakes (the bound
+/// checked is loose, for a loaded machine); a held session does not wait for Redis at all.
+#[tokio::test]
+async fn a_slow_store_costs_a_request_at_most_its_timeout() {
+    let redis = Redis::start().await;
+    let kit = ChildBackend::start("testkit").await;
+    let echo = http_backend("echo").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let a = Served::start(&config).await;
+    let b = Served::start(&config).await;
+    let s = RawSession::open_url(&a.url).await;
+
+    let client = redis.client();
+    let mut sleeper = client.get_multiplexed_async_connection().await.unwrap();
+    // The client gives up on its own answer before Redis wakes; Redis sleeps on regardless.
+    tokio::spawn(async move {
+        let _: redis::RedisResult<String> = redis::cmd("DEBUG").arg("SLEEP").arg(10).query_async(&mut sleeper).await;
+    });
+    let stalled = eventually(Duration::from_secs(5), || {
+        let client = client.clone();
+        async move {
+            let ping = async {
+                let mut c = client.get_multiplexed_async_connection().await?;
+                redis::cmd("PING").query_async::<String>(&mut c).await
+            };
+            tokio::time::timeout(Duration::from_millis(100), ping).await.is_err()
+        }
+    })
+    .await;
+    assert!(stalled, "redis stops answering");
+
+    let started = std::time::Instant::now();
+    let moved = s.presented(&b.url, None).try_request("tools/list", json!({})).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(moved.contains("503"), "{moved}");
+    assert!(took < Duration::from_secs(5), "the lookup gave up at its deadline: {took:?}");
+    let started = std::time::Instant::now();
+    let r = s.call("echo_echo", json!({"input": "held"})).await;
+    assert_eq!(r["content"][0]["text"], "held");
+    assert!(started.elapsed() < Duration::from_secs(5), "a held session does not wait: {:?}", started.elapsed());
 }
 
 /// A rolling restart of three replicas under 100 sessions that call tools without pause: each
