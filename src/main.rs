@@ -361,7 +361,7 @@ async fn serve_until_signal(app: App, grace: Duration, reload: Option<Reload>) -
             // An invalid file is refused with check-config's errors; the running one stays.
             match Config::load(&r.file) {
                 Ok(next) => {
-                    let done = app.reload(next);
+                    let done = app.reload(next).await;
                     if done.needs_restart.is_empty() {
                         tracing::info!("configuration reloaded: {done}");
                     } else {

@@ -75,6 +75,10 @@ pub struct App {
     /// Whether the policy comes from `[[policy]]` (else a test gave one, and a reload keeps it).
     policy_from_config: bool,
     auth_required: bool,
+    /// Who may connect; replaced whole by a reload that changes tokens or JWT settings.
+    authenticator: Arc<arc_swap::ArcSwap<crate::auth::Authenticator>>,
+    /// Ends the JWT key refresh of the authenticator in force.
+    key_refresh: Mutex<CancellationToken>,
 }
 
 /// Loads the configured model, with an error that says what to run when it is missing.
@@ -112,14 +116,16 @@ impl App {
         let upstream = Arc::new(Upstream::new(&config.backends, relay.clone(), ct.child_token()));
         let health = Monitor::new(config.health.clone(), &upstream);
         let authenticator = Arc::new(crate::auth::Authenticator::new(&config.auth).await);
+        let key_refresh = ct.child_token();
         if let Some(jwt) = authenticator.jwt() {
-            tasks.spawn(jwt.run_refresh(ct.child_token()));
+            tasks.spawn(jwt.run_refresh(key_refresh.clone()));
         }
         let policy_from_config = opts.policy.is_none();
         let auth_required = authenticator.required();
         let policy = opts.policy.unwrap_or_else(|| {
             Arc::new(crate::auth::policy::Rules::new(&config.policy, authenticator.required())) as Arc<dyn Policy>
         });
+        let authenticator = Arc::new(arc_swap::ArcSwap::new(authenticator));
         let gateway = Gateway::new(Parts {
             mode: config.server.mode,
             max_tools: config.optimizer.max_tools_to_return,
@@ -153,7 +159,8 @@ impl App {
                 .await
                 .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
             let addr = listener.local_addr()?;
-            let router = crate::http::router(gateway.clone(), &config.server, (&config.auth, authenticator), addr, &ct);
+            let router =
+                crate::http::router(gateway.clone(), &config.server, (&config.auth, authenticator.clone()), addr, &ct);
             let limits = crate::http::serve::Limits {
                 max_connections: config.server.limits.max_connections,
                 header_timeout: config.server.limits.header_timeout,
@@ -163,8 +170,18 @@ impl App {
         } else {
             None
         };
-        let app =
-            App { gateway, addr, clashes, ct, tasks, config: Mutex::new(config), policy_from_config, auth_required };
+        let app = App {
+            gateway,
+            addr,
+            clashes,
+            ct,
+            tasks,
+            config: Mutex::new(config),
+            policy_from_config,
+            auth_required,
+            authenticator,
+            key_refresh: Mutex::new(key_refresh),
+        };
         for b in app.gateway.upstream.backends().iter() {
             app.start_backend(b.clone());
         }

@@ -4,16 +4,18 @@
 //! request reaches it; calls under way finish), a changed one replaced by a fresh connection
 //! under the same name. The catalog task rebuilds the catalog from the new set (vectors of
 //! unchanged tools come from the vector cache, so only new text is embedded) and every session
-//! re-derives its scope. A changed `[[policy]]` is put in force at once. Sections that shape
-//! the running process (listener, mode, model, health, naming, authentication, session store) are reported as
-//! needing a restart and keep their running values.
+//! re-derives its scope. A changed `[[policy]]` is put in force at once, and so are changed
+//! bearer tokens or JWT settings (every request is authenticated, so the next one meets them).
+//! Sections that shape the running process (listener, mode, model, health, naming, turning
+//! authentication on or off, session store) are reported as needing a restart and keep their
+//! running values.
 
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::App;
-use crate::config::Config;
+use crate::config::{AuthConfig, AuthMode, Config};
 use crate::session::Policy;
 
 /// What a reload did.
@@ -24,6 +26,8 @@ pub struct Reloaded {
     pub changed: Vec<String>,
     /// Whether `[[policy]]` changed (every session's scope was re-derived).
     pub policy: bool,
+    /// Whether the bearer tokens or JWT settings changed (every request is checked against the new ones).
+    pub auth: bool,
     /// Sections that changed but take effect only after a restart.
     pub needs_restart: Vec<&'static str>,
 }
@@ -48,6 +52,9 @@ impl std::fmt::Display for Reloaded {
         if self.policy {
             parts.push("policy changed".into());
         }
+        if self.auth {
+            parts.push("authentication changed".into());
+        }
         if !self.needs_restart.is_empty() {
             parts.push(format!("needs a restart to apply: {}", self.needs_restart.join(", ")));
         }
@@ -55,9 +62,32 @@ impl std::fmt::Display for Reloaded {
     }
 }
 
+/// Whether `[auth]` can go from `old` to `new` in a running gateway: which tokens, issuer, key
+/// set or claims are accepted can; whether credentials are required at all (the policy's
+/// defaults depend on it), the published resource URL, public health and the stdio caller cannot.
+fn auth_changes_live(old: &AuthConfig, new: &AuthConfig) -> bool {
+    let required = |a: &AuthConfig| !matches!(a.mode, AuthMode::None);
+    required(old)
+        && required(new)
+        && old.resource_url == new.resource_url
+        && old.public_health == new.public_health
+        && old.stdio_principal == new.stdio_principal
+        && old.stdio_groups == new.stdio_groups
+}
+
 impl App {
     /// Applies `next` (already validated: [`Config::load`] or [`Config::parse`]).
-    pub fn reload(&self, mut next: Config) -> Reloaded {
+    pub async fn reload(&self, next: Config) -> Reloaded {
+        // A JWT verifier loads its issuer's keys when built: before the configuration is locked.
+        let running_auth = self.config.lock().expect("config lock").auth.clone();
+        let auth = match next.auth != running_auth && auth_changes_live(&running_auth, &next.auth) {
+            true => Some(crate::auth::Authenticator::new(&next.auth).await),
+            false => None,
+        };
+        self.apply(next, auth)
+    }
+
+    fn apply(&self, mut next: Config, auth: Option<crate::auth::Authenticator>) -> Reloaded {
         let mut running = self.config.lock().expect("config lock");
         let mut done = Reloaded::default();
         let gw = &self.gateway;
@@ -85,6 +115,19 @@ impl App {
             let rules = crate::auth::policy::Rules::new(&next.policy, self.auth_required);
             gw.set_policy(Arc::new(rules) as Arc<dyn Policy>);
             done.policy = true;
+        }
+
+        if let Some(auth) = auth {
+            // The keys of the verifier in force are refreshed; the replaced one's refresh ends.
+            let mut refresh = self.key_refresh.lock().expect("key refresh lock");
+            refresh.cancel();
+            *refresh = self.ct.child_token();
+            if let Some(jwt) = auth.jwt() {
+                self.tasks.spawn(jwt.run_refresh(refresh.clone()));
+            }
+            self.authenticator.store(Arc::new(auth));
+            running.auth = next.auth.clone();
+            done.auth = true;
         }
 
         // What cannot change live keeps its running value, so it is reported until a restart.

@@ -17,7 +17,8 @@ use crate::auth::{Authenticator, Refusal};
 pub const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
 pub struct Edge {
-    pub auth: Arc<Authenticator>,
+    /// Replaced whole by a reload that changes tokens or JWT settings.
+    pub auth: Arc<arc_swap::ArcSwap<Authenticator>>,
     /// The MCP endpoint's public URL, when configured; else derived from `Host`.
     pub resource_url: Option<String>,
     pub path: String,
@@ -45,7 +46,8 @@ impl Edge {
     /// Lets the request through with its [`crate::session::Caller`], or answers 401.
     pub async fn check(&self, mut req: Request, next: Next) -> Response {
         let authorization = req.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or("(not text)"));
-        match self.auth.authenticate(authorization).await {
+        let auth = self.auth.load_full();
+        match auth.authenticate(authorization).await {
             Ok(caller) => {
                 req.extensions_mut().insert(caller);
                 next.run(req).await
@@ -63,6 +65,6 @@ impl Edge {
 
     /// The protected-resource metadata document.
     pub fn metadata(&self, headers: &HeaderMap) -> Response {
-        axum::Json(self.auth.metadata(&self.resource(headers))).into_response()
+        axum::Json(self.auth.load().metadata(&self.resource(headers))).into_response()
     }
 }

@@ -34,7 +34,7 @@ use crate::session::shared::{Record, Restored, RmcpStore, SessionKey, SharedSess
 pub fn router(
     gw: Arc<Gateway>,
     server: &ServerConfig,
-    auth: (&AuthConfig, Arc<crate::auth::Authenticator>),
+    auth: (&AuthConfig, Arc<arc_swap::ArcSwap<crate::auth::Authenticator>>),
     bound: SocketAddr,
     ct: &CancellationToken,
 ) -> Router {

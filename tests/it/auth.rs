@@ -424,3 +424,39 @@ async fn a_jwks_that_turns_slow_keeps_the_last_good_keys() {
     assert_eq!(bounded(unknown).await.expect("an unknown kid waits at most jwks_timeout").0, 401);
     app.shutdown().await;
 }
+
+/// Bearer tokens rotated by a reload, without a restart: a removed token is refused (401) on its
+/// session's next request, a kept one carries on in its session, a new one connects. Turning
+/// authentication off is not a live change: it is reported as needing a restart and the tokens
+/// in force stay.
+#[tokio::test]
+async fn a_reload_rotates_bearer_tokens_under_open_sessions() {
+    let echo = http_backend("echo").await;
+    let config = |auth: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{auth}{}",
+            http_backend_toml("echo", &echo.url)
+        )
+    };
+    let app = gateway(&config(&bearer_auth(&["alice", "bob"])), EmbedderChoice::None).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let alice = RawSession::open_as(&url, Some("alice")).await;
+    let bob = RawSession::open_as(&url, Some("bob")).await;
+
+    let done = app.reload(toolmux::config::Config::parse(&config(&bearer_auth(&["bob", "carol"]))).unwrap()).await;
+    assert!(done.auth && done.needs_restart.is_empty(), "{done}");
+    assert_eq!(done.to_string(), "authentication changed");
+    let refused = alice.try_request("tools/list", json!({})).await.unwrap_err();
+    assert!(refused.contains("401"), "{refused}");
+    let r = bob.call("echo_echo", json!({"input": "still here"})).await;
+    assert_eq!(r["content"][0]["text"], "still here");
+    let carol = RawSession::open_as(&url, Some("carol")).await;
+    assert_eq!(carol.call("echo_echo", json!({"input": "new"})).await["content"][0]["text"], "new");
+
+    let done = app.reload(toolmux::config::Config::parse(&config("")).unwrap()).await;
+    assert_eq!(done.needs_restart, ["[auth]"], "{done}");
+    assert!(!done.auth);
+    assert!(alice.try_request("tools/list", json!({})).await.unwrap_err().contains("401"), "tokens still required");
+    assert_eq!(post(&app, None, None, &initialize()).await.0, 401);
+    app.shutdown().await;
+}

@@ -104,7 +104,7 @@ async fn reload_adds_removes_and_changes_backends_under_open_sessions() {
         let embedded = || app.gateway.store.counters.texts_embedded.load(std::sync::atomic::Ordering::Relaxed);
         let embedded_before = embedded();
 
-        let done = app.reload(toolmux::config::Config::parse(&after).unwrap());
+        let done = app.reload(toolmux::config::Config::parse(&after).unwrap()).await;
         assert_eq!(done.added, ["new"], "{done}");
         assert_eq!(done.removed, ["gone"], "{done}");
         assert_eq!(done.changed, ["moved"], "{done}");
