@@ -231,6 +231,10 @@ impl App {
     /// sees the 503 and a session can still answer what its running call asks of it.
     pub async fn stop(self, grace: Duration) {
         self.gateway.begin_drain();
+        if self.gateway.shared_sessions().is_some_and(|s| s.hands_over_backend_sessions()) {
+            // Other replicas take these sessions over: their backend sessions stay open for them.
+            self.gateway.upstream.keep_sessions.store(true, std::sync::atomic::Ordering::Release);
+        }
         let inflight = &self.gateway.inflight;
         inflight.close();
         if !grace.is_zero() && tokio::time::timeout(grace, inflight.wait()).await.is_err() {

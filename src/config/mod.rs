@@ -13,7 +13,7 @@ pub use auth::{
     ANONYMOUS, AuthConfig, AuthMode, BearerToken, CLIENT_PRINCIPAL, CLIENT_TOKEN, JWT_ALGORITHMS, JwksSource,
     JwtConfig, PolicyRule,
 };
-pub use sessions::{RedisConfig, SessionStore, SessionsConfig};
+pub use sessions::{RedisConfig, SealKey, SessionStore, SessionsConfig};
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;

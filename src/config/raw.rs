@@ -71,6 +71,7 @@ pub struct Sessions {
     pub key_prefix: Option<String>,
     pub timeout: Option<String>,
     pub tls_ca_file: Option<String>,
+    pub secret: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use sha2::Digest;
+
 use super::{Validator, raw};
 
 /// Where client sessions live besides the memory of the replica serving them.
@@ -29,7 +31,23 @@ pub struct RedisConfig {
     pub timeout: Duration,
     /// PEM certificates that verify a `rediss://` server instead of the system's roots.
     pub tls_ca: Option<Vec<u8>>,
+    /// The key that seals backend session ids in the store (SHA-256 of `secret`); without it they
+    /// are not stored, and a replica that takes a session over opens its backend sessions afresh.
+    pub seal_key: Option<SealKey>,
 }
+
+/// A key derived from `sessions.secret`; its `Debug` does not show it.
+#[derive(Clone, PartialEq)]
+pub struct SealKey(pub [u8; 32]);
+
+impl std::fmt::Debug for SealKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SealKey(..)")
+    }
+}
+
+/// Shortest `sessions.secret` accepted.
+pub const MIN_SECRET_CHARS: usize = 32;
 
 impl Default for SessionsConfig {
     fn default() -> Self {
@@ -42,14 +60,17 @@ pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(500);
 
 impl Validator<'_> {
     pub(super) fn sessions(&mut self, raw: raw::Sessions) -> SessionsConfig {
-        let redis_keys_given =
-            raw.redis_url.is_some() || raw.key_prefix.is_some() || raw.timeout.is_some() || raw.tls_ca_file.is_some();
+        let redis_keys_given = raw.redis_url.is_some()
+            || raw.key_prefix.is_some()
+            || raw.timeout.is_some()
+            || raw.tls_ca_file.is_some()
+            || raw.secret.is_some();
         let store = match raw.store.as_deref() {
             None | Some("memory") => {
                 if redis_keys_given {
                     self.problem(
                         "sessions.store",
-                        "redis_url, key_prefix, timeout and tls_ca_file need store = \"redis\"",
+                        "redis_url, key_prefix, timeout, tls_ca_file and secret need store = \"redis\"",
                     );
                 }
                 SessionStore::Memory
@@ -99,7 +120,24 @@ impl Validator<'_> {
                         }
                     }
                 });
-                SessionStore::Redis(RedisConfig { url, key_prefix, timeout, tls_ca })
+                let seal_key = match raw.secret.as_deref().map(super::expand_env) {
+                    None => None,
+                    Some(Err(var)) => {
+                        self.problem("sessions.secret", super::unset(&var));
+                        None
+                    }
+                    Some(Ok(secret)) if secret.chars().count() < MIN_SECRET_CHARS => {
+                        self.problem(
+                            "sessions.secret",
+                            format!(
+                                "at least {MIN_SECRET_CHARS} characters, the same on every replica; e.g. \"${{TOOLMUX_SESSION_SECRET}}\" set to `openssl rand -hex 32`"
+                            ),
+                        );
+                        None
+                    }
+                    Some(Ok(secret)) => Some(SealKey(sha2::Sha256::digest(secret.as_bytes()).into())),
+                };
+                SessionStore::Redis(RedisConfig { url, key_prefix, timeout, tls_ca, seal_key })
             }
             Some(other) => {
                 self.problem("sessions.store", format!("`{other}` is not one of \"memory\", \"redis\""));

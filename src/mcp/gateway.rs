@@ -229,7 +229,13 @@ impl Gateway {
         if let Some(peer) = peer {
             let relay = SessionRelay { hub: self.relay.clone(), peer: peer.clone(), level: handle.level.clone() };
             let identity = Identity { principal: caller.principal.clone(), token: caller.token.clone() };
-            handle.set_upstreams(ClientUpstreams::new(Arc::new(relay), self.limits.session_idle_timeout, identity));
+            let keep = self.upstream.keep_sessions.clone();
+            handle.set_upstreams(ClientUpstreams::new(
+                Arc::new(relay),
+                self.limits.session_idle_timeout,
+                identity,
+                keep,
+            ));
             handle.set_peer(peer);
         }
         {

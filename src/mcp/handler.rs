@@ -47,8 +47,8 @@ pub struct GatewayHandler {
     gw: Arc<Gateway>,
     /// Set at initialize; stays empty for stateless requests.
     session: OnceLock<Arc<SessionHandle>>,
-    /// Backends this session's own upstream sessions were recorded for in the shared store.
-    upstreams_recorded: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The backend session id last recorded in the shared store, by backend (`None`: not sealed).
+    upstreams_recorded: std::sync::Mutex<std::collections::HashMap<String, Option<String>>>,
 }
 
 impl GatewayHandler {
@@ -216,15 +216,46 @@ impl GatewayHandler {
     /// Records a change to this session in the shared store, when sessions are shared.
     async fn record(&self, context: &RequestContext<RoleServer>, change: Change) {
         let Some(shared) = self.gw.shared_sessions() else { return };
-        let key = context.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<SessionKey>());
-        if let Some(SessionKey(id)) = key {
+        if let Some(SessionKey(id)) = session_key(context) {
             shared.change(id, change).await;
         }
     }
 
+    /// Records this session's own backend session to `backend` in the shared store, sealed,
+    /// when it is new or its id changed (the backend refused a taken-over one, say).
+    async fn record_upstream(&self, context: &RequestContext<RoleServer>, backend: &str) {
+        let Some(shared) = self.gw.shared_sessions() else { return };
+        let Some(SessionKey(id)) = session_key(context) else { return };
+        let stored = match self.session.get().and_then(|s| s.upstreams()) {
+            Some(upstreams) => upstreams.stored(backend).await,
+            None => None,
+        };
+        let now = stored.as_ref().map(|s| s.id.clone());
+        let changed = self.upstreams_recorded.lock().expect("recorded lock").insert(backend.to_string(), now.clone());
+        if changed.is_some_and(|before| before == now) {
+            return;
+        }
+        let sealed = stored.map_or_else(|| "-".to_string(), |s| shared.seal(id, backend, &s));
+        shared.change(id, Change::Upstream(backend.to_string(), sealed)).await;
+    }
+
     /// A session rebuilt from the store on this replica: its logging level and resource
-    /// subscriptions come back. Its own upstream sessions open afresh on first use.
+    /// subscriptions come back, and its own backend sessions are offered for taking over (with
+    /// `sessions.secret`; else they open afresh on first use).
     async fn resume(&self, session: &SessionHandle, record: &Record, context: &RequestContext<RoleServer>) {
+        if let (Some(shared), Some(SessionKey(id)), Some(upstreams)) =
+            (self.gw.shared_sessions(), session_key(context), session.upstreams())
+        {
+            for (backend, sealed) in &record.upstreams {
+                if let Some(stored) = shared.unseal(id, backend, sealed) {
+                    self.upstreams_recorded
+                        .lock()
+                        .expect("recorded lock")
+                        .insert(backend.clone(), Some(stored.id.clone()));
+                    upstreams.adopt(backend, stored);
+                }
+            }
+        }
         if let Some(level) = record.level.as_deref().and_then(level_from_name) {
             self.apply_level(session, level).await;
         }
@@ -345,11 +376,8 @@ impl GatewayHandler {
             Ok(l) => l,
             Err(e) => return call_error(self.gw.mode, e).map(|r| r.completed().into()),
         };
-        if link.is_own() && self.gw.shared_sessions().is_some() {
-            let first = self.upstreams_recorded.lock().expect("recorded lock").insert(backend.name().to_string());
-            if first {
-                self.record(ctx, Change::Upstream(backend.name().to_string())).await;
-            }
+        if link.is_own() {
+            self.record_upstream(ctx, backend.name()).await;
         }
         params.name = tool.key.tool.to_string().into();
         // rmcp moves the request's `_meta` into the context, and gives the forwarded request a
@@ -561,6 +589,11 @@ fn too_many_rounds_text(backend: &str) -> String {
         "backend `{backend}` asked for input more than {} times in one call; the call was stopped",
         rounds::MAX_ROUNDS
     )
+}
+
+/// The session id the HTTP edge found on the request.
+fn session_key(context: &RequestContext<RoleServer>) -> Option<&SessionKey> {
+    context.extensions.get::<http::request::Parts>()?.extensions.get::<SessionKey>()
 }
 
 /// A logging level's wire name (`"warning"`).

@@ -30,7 +30,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RedisConfig;
+use crate::config::{RedisConfig, SealKey};
+use crate::upstream::adopt::StoredUpstream;
 
 /// A session as the store holds it.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,8 +42,9 @@ pub struct Record {
     /// The client's `logging/setLevel`, as its JSON name (`"info"`).
     pub level: Option<String>,
     pub subscriptions: Vec<String>,
-    /// Backends the session had a backend session of its own with (re-opened on first use).
-    pub upstreams: Vec<String>,
+    /// Backends the session had a backend session of its own with: the session, sealed (see
+    /// [`SharedSessions::seal`]), or `-` when no `sessions.secret` is set.
+    pub upstreams: BTreeMap<String, String>,
     /// Milliseconds since the Unix epoch.
     pub created_ms: u64,
     pub seen_ms: u64,
@@ -75,7 +77,10 @@ impl Record {
             client,
             level: fields.get(LEVEL).cloned(),
             subscriptions: with(SUB),
-            upstreams: with(UPSTREAM),
+            upstreams: fields
+                .iter()
+                .filter_map(|(k, v)| Some((k.strip_prefix(UPSTREAM)?.to_string(), v.clone())))
+                .collect(),
             created_ms: number(CREATED),
             seen_ms: number(SEEN),
         })
@@ -88,7 +93,8 @@ pub enum Change {
     Level(String),
     Subscribed(String),
     Unsubscribed(String),
-    Upstream(String),
+    /// A backend session of its own opened to a backend: (backend, sealed session or `-`).
+    Upstream(String, String),
 }
 
 impl Change {
@@ -97,7 +103,7 @@ impl Change {
             Change::Level(l) => (Some((LEVEL.to_string(), l.clone())), None),
             Change::Subscribed(uri) => (Some((format!("{SUB}{uri}"), "1".into())), None),
             Change::Unsubscribed(uri) => (None, Some(format!("{SUB}{uri}"))),
-            Change::Upstream(backend) => (Some((format!("{UPSTREAM}{backend}"), now_ms().to_string())), None),
+            Change::Upstream(backend, sealed) => (Some((format!("{UPSTREAM}{backend}"), sealed.clone())), None),
         };
         if let Some((k, v)) = &set {
             fields.insert(k.clone(), v.clone());
@@ -139,6 +145,8 @@ pub struct SharedSessions {
     ttl: Duration,
     /// How often a session in use pushes its expiry back.
     refresh_every: Duration,
+    /// Seals backend session ids (`sessions.secret`); without it they are not stored.
+    seal_key: Option<SealKey>,
     local: Mutex<HashMap<String, Local>>,
     /// Sessions ended here while the store was down: deleted when it answers.
     ended: Mutex<HashSet<String>>,
@@ -193,6 +201,7 @@ impl SharedSessions {
             timeout: cfg.timeout,
             ttl,
             refresh_every: (ttl / 4).min(Duration::from_secs(5)),
+            seal_key: cfg.seal_key.clone(),
             local: Mutex::default(),
             ended: Mutex::default(),
             inits: Mutex::default(),
@@ -289,7 +298,7 @@ impl SharedSessions {
             client,
             level: None,
             subscriptions: Vec::new(),
-            upstreams: Vec::new(),
+            upstreams: BTreeMap::new(),
             created_ms: now,
             seen_ms: now,
         };
@@ -513,6 +522,42 @@ impl SharedSessions {
         }
     }
 
+    /// Whether backend sessions are stored for other replicas to take over (`sessions.secret`).
+    pub fn hands_over_backend_sessions(&self) -> bool {
+        self.seal_key.is_some()
+    }
+
+    /// A backend session of session `id`, sealed for the store: ChaCha20-Poly1305 under the key
+    /// from `sessions.secret`, bound to the session and the backend (a sealed value moved to
+    /// another record does not open). `-` when no secret is set: nothing to take over then.
+    pub fn seal(&self, id: &str, backend: &str, stored: &StoredUpstream) -> String {
+        use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+        let Some(key) = &self.seal_key else { return "-".into() };
+        let cipher = chacha20poly1305::ChaCha20Poly1305::new((&key.0).into());
+        let nonce: [u8; 12] = rand::random();
+        let plain = serde_json::to_vec(stored).expect("a backend session serialises");
+        let aad = format!("{}\n{backend}", self.key(id));
+        let Ok(sealed) = cipher.encrypt((&nonce).into(), Payload { msg: &plain, aad: aad.as_bytes() }) else {
+            return "-".into();
+        };
+        crate::embed::files::hex(&[nonce.as_slice(), &sealed].concat())
+    }
+
+    /// What [`SharedSessions::seal`] sealed, if this key sealed it for this session and backend.
+    pub fn unseal(&self, id: &str, backend: &str, sealed: &str) -> Option<StoredUpstream> {
+        use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+        let key = self.seal_key.as_ref()?;
+        let bytes = unhex(sealed)?;
+        if bytes.len() < 12 {
+            return None;
+        }
+        let (nonce, body) = bytes.split_at(12);
+        let cipher = chacha20poly1305::ChaCha20Poly1305::new((&key.0).into());
+        let aad = format!("{}\n{backend}", self.key(id));
+        let plain = cipher.decrypt(nonce.into(), Payload { msg: body, aad: aad.as_bytes() }).ok()?;
+        serde_json::from_slice(&plain).ok()
+    }
+
     /// The record's fields as this replica keeps them (seen now).
     pub fn fields_of(record: &Record) -> Fields {
         let mut fields = Fields::new();
@@ -527,11 +572,18 @@ impl SharedSessions {
         for uri in &record.subscriptions {
             fields.insert(format!("{SUB}{uri}"), "1".into());
         }
-        for b in &record.upstreams {
-            fields.insert(format!("{UPSTREAM}{b}"), "0".into());
+        for (b, sealed) in &record.upstreams {
+            fields.insert(format!("{UPSTREAM}{b}"), sealed.clone());
         }
         fields
     }
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// The first (only) value of a one-command pipeline.
@@ -603,7 +655,7 @@ mod tests {
             client: client(),
             level: Some("warning".into()),
             subscriptions: vec!["file:///a".into(), "file:///b".into()],
-            upstreams: vec!["db".into()],
+            upstreams: BTreeMap::from([("db".to_string(), "-".to_string())]),
             created_ms: 5,
             seen_ms: 0,
         };
@@ -647,12 +699,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_sealed_backend_session_opens_only_for_its_session_and_backend() {
+        let cfg = |secret: u8| RedisConfig {
+            url: "redis://127.0.0.1:1".into(),
+            key_prefix: "p:".into(),
+            timeout: Duration::from_millis(50),
+            tls_ca: None,
+            seal_key: Some(SealKey([secret; 32])),
+        };
+        let s = SharedSessions::new(&cfg(7), Duration::from_secs(60)).unwrap();
+        let init = serde_json::from_value(serde_json::json!({
+            "protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "kit", "version": "1"}
+        }))
+        .unwrap();
+        let stored = StoredUpstream { id: "upstream-session-42".into(), init };
+        let sealed = s.seal("client-1", "kit", &stored);
+        assert!(!sealed.contains("upstream-session-42"), "{sealed}");
+        assert_eq!(s.unseal("client-1", "kit", &sealed), Some(stored.clone()));
+        assert_eq!(s.unseal("client-2", "kit", &sealed), None, "another session's record");
+        assert_eq!(s.unseal("client-1", "db", &sealed), None, "another backend");
+        assert_eq!(s.unseal("client-1", "kit", &sealed[..sealed.len() - 2]), None, "cut short");
+        let other = SharedSessions::new(&cfg(8), Duration::from_secs(60)).unwrap();
+        assert_eq!(other.unseal("client-1", "kit", &sealed), None, "another secret");
+        // Without a secret nothing is stored to take over.
+        let mut plain = cfg(7);
+        plain.seal_key = None;
+        let none = SharedSessions::new(&plain, Duration::from_secs(60)).unwrap();
+        assert_eq!(none.seal("client-1", "kit", &stored), "-");
+        assert_eq!(none.unseal("client-1", "kit", &sealed), None);
+    }
+
+    #[tokio::test]
     async fn keys_hide_the_session_id() {
         let cfg = RedisConfig {
             url: "redis://127.0.0.1:1".into(),
             key_prefix: "p:".into(),
             timeout: Duration::from_millis(50),
             tls_ca: None,
+            seal_key: None,
         };
         let s = SharedSessions::new(&cfg, Duration::from_secs(60)).unwrap();
         let key = s.key("secret-session-id");
@@ -670,6 +754,7 @@ mod tests {
             key_prefix: "p:".into(),
             timeout: Duration::from_millis(200),
             tls_ca: None,
+            seal_key: None,
         };
         let s = SharedSessions::new(&cfg, Duration::from_secs(60)).unwrap();
         let started = Instant::now();

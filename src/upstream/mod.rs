@@ -20,6 +20,7 @@
 //! forwarding calls return as it is ([`Answer::InputRequired`]): what to do with it depends on
 //! the client, and that is the `mcp` layer's business.
 
+pub mod adopt;
 pub mod children;
 mod client;
 mod session;
@@ -410,7 +411,7 @@ impl Backend {
     async fn connect(&self) -> anyhow::Result<(RunningService<RoleClient, UpstreamClient>, Listing)> {
         let conn = session::next_conn();
         let handler = UpstreamClient::new(self.name().to_string(), conn, Some(self.relist.clone()), self.relay.clone());
-        let service = self.open(handler, None).await?;
+        let service = self.open(handler, None, None).await?;
         let listing = list_everything(service.peer()).await?;
         Ok((service, listing))
     }
@@ -422,6 +423,7 @@ impl Backend {
         &self,
         mut handler: UpstreamClient,
         identity: Option<&Identity>,
+        adoption: Option<Arc<adopt::Adoption>>,
     ) -> anyhow::Result<RunningService<RoleClient, UpstreamClient>> {
         let service = match &self.config.transport {
             Transport::Http { url, headers } => {
@@ -450,8 +452,17 @@ impl Backend {
                     }
                 }
                 let cfg = cfg.custom_headers(custom);
-                let transport = StreamableHttpClientTransport::with_client(self.http_client()?, cfg);
-                handler.serve_with_lifecycle(transport, self.lifecycle()).await?
+                match adoption {
+                    None => {
+                        let transport = StreamableHttpClientTransport::with_client(self.http_client()?, cfg);
+                        handler.serve_with_lifecycle(transport, self.lifecycle()).await?
+                    }
+                    Some(adoption) => {
+                        let client = adopt::AdoptingClient { inner: self.http_client()?, adoption };
+                        let transport = StreamableHttpClientTransport::with_client(client, cfg);
+                        handler.serve_with_lifecycle(transport, self.lifecycle()).await?
+                    }
+                }
             }
             Transport::Stdio { command, args, env, cwd } => {
                 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
@@ -739,6 +750,9 @@ pub struct Upstream {
     /// Serialises changes to the set.
     writer: std::sync::Mutex<()>,
     groups: children::Groups,
+    /// Set when the gateway stops while sessions are shared with other replicas: per-client
+    /// HTTP backend sessions are left open for the replica that takes their client over.
+    pub keep_sessions: Arc<AtomicBool>,
 }
 
 impl Upstream {
@@ -749,7 +763,15 @@ impl Upstream {
             .iter()
             .map(|c| Backend::new(c.clone(), changes.clone(), relay.clone(), ct.child_token(), groups.clone()))
             .collect();
-        Self { backends: ArcSwap::from_pointee(backends), changes, relay, ct, writer: Default::default(), groups }
+        Self {
+            backends: ArcSwap::from_pointee(backends),
+            changes,
+            relay,
+            ct,
+            writer: Default::default(),
+            groups,
+            keep_sessions: Arc::default(),
+        }
     }
 
     /// The process groups of every stdio backend started by these backends.

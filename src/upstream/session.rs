@@ -11,7 +11,7 @@
 //! that needs it, so a backend restart costs the client nothing but that request's retry.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use rmcp::model::{LoggingLevel, SetLevelRequestParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::adopt::{Adoption, StoredUpstream};
 use super::client::{Relay, UpstreamClient};
 use super::{Backend, CONNECT_TIMEOUT, CallError, Link};
 
@@ -35,6 +36,11 @@ pub struct ClientUpstreams {
     level: Mutex<Option<LoggingLevel>>,
     /// Cancelled when the client session ends: every keeper closes its connection.
     ct: CancellationToken,
+    /// Backend sessions another replica opened for this client session, to take over on first
+    /// use (by backend name); see [`super::adopt`].
+    adoptable: Mutex<HashMap<String, StoredUpstream>>,
+    /// The gateway's "leave backend sessions to other replicas" flag.
+    keep: Arc<AtomicBool>,
 }
 
 /// The caller behind a client session, as its upstream sessions present it to backends that ask
@@ -55,6 +61,8 @@ pub(super) struct Conn {
     pub(super) peer: Arc<rmcp::service::Peer<rmcp::service::RoleClient>>,
     /// Closed (cancelled) when the session is lost or closed.
     pub(super) closed: CancellationToken,
+    /// The HTTP session's adoption state (its backend session id), for HTTP backends.
+    adoption: Option<Arc<Adoption>>,
     /// The [`Backend::instance`] it was opened to.
     backend: u64,
     /// When it was last used, and how many requests use it now.
@@ -94,8 +102,35 @@ pub fn next_conn() -> u64 {
 
 impl ClientUpstreams {
     /// `relay` carries what these sessions' backends send to the one client they serve.
-    pub fn new(relay: Arc<dyn Relay>, idle: Duration, identity: Identity) -> Self {
-        Self { relay, identity, idle, slots: Mutex::default(), level: Mutex::new(None), ct: CancellationToken::new() }
+    /// `keep` is the gateway's "leave backend sessions to other replicas" flag.
+    pub fn new(relay: Arc<dyn Relay>, idle: Duration, identity: Identity, keep: Arc<AtomicBool>) -> Self {
+        Self {
+            relay,
+            identity,
+            idle,
+            slots: Mutex::default(),
+            level: Mutex::new(None),
+            ct: CancellationToken::new(),
+            adoptable: Mutex::default(),
+            keep,
+        }
+    }
+
+    /// Offers a backend session another replica opened for this client session: the next
+    /// session opened to `backend` takes it over, if the backend still knows it.
+    pub fn adopt(&self, backend: &str, stored: StoredUpstream) {
+        self.adoptable.lock().expect("adoptable lock").insert(backend.to_string(), stored);
+    }
+
+    /// The live backend session to `backend`, as another replica would take it over.
+    pub async fn stored(&self, backend: &str) -> Option<StoredUpstream> {
+        let slot = self.slots.lock().expect("slots lock").get(backend).cloned()?;
+        let conn = slot.lock().await.clone().filter(|c| !c.closed.is_cancelled())?;
+        let id = conn.adoption.as_ref()?.session()?;
+        // What the backend answered to the handshake, in the shape the handshake's answer has.
+        let info = serde_json::to_value(&*conn.peer.peer_info()?).ok()?;
+        let init = serde_json::from_value(info).ok()?;
+        Some(StoredUpstream { id, init })
     }
 
     /// The connection for one request to `backend`: this client's own session when the backend
@@ -131,7 +166,12 @@ impl ClientUpstreams {
         // List changes are the gateway's own connection's business: it hears them too.
         let handler = UpstreamClient::new(name.clone(), id, None, self.relay.clone());
         let failed = |detail: String| CallError::SessionFailed { backend: name.clone(), detail };
-        let service = match tokio::time::timeout(CONNECT_TIMEOUT, backend.open(handler, Some(&self.identity))).await {
+        let adoption = (!backend.is_stdio()).then(|| {
+            let stored = self.adoptable.lock().expect("adoptable lock").remove(&name);
+            Adoption::new(stored, self.keep.clone())
+        });
+        let opened = backend.open(handler, Some(&self.identity), adoption.clone());
+        let service = match tokio::time::timeout(CONNECT_TIMEOUT, opened).await {
             Err(_) => return Err(failed(format!("no answer within {}", humantime::format_duration(CONNECT_TIMEOUT)))),
             Ok(Err(e)) => return Err(failed(format!("{e:#}"))),
             Ok(Ok(s)) => s,
@@ -144,10 +184,14 @@ impl ClientUpstreams {
             #[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
             let _ = peer.set_level(SetLevelRequestParams::new(level)).await;
         }
+        if adoption.as_ref().is_some_and(|a| a.adopted()) {
+            tracing::debug!(backend = %name, conn = id, "a backend session opened on another replica taken over");
+        }
         let conn = Arc::new(Conn {
             id,
             peer: peer.clone(),
             closed: CancellationToken::new(),
+            adoption,
             backend: backend.instance,
             last_used: Mutex::new(Instant::now()),
             busy: AtomicUsize::new(0),

@@ -385,6 +385,11 @@ impl RawSession {
         s
     }
 
+    /// Where its requests go.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// The same session id, sent to `url` by `token`'s holder: another replica, another caller.
     pub fn presented(&self, url: &str, token: Option<&str>) -> Self {
         Self {

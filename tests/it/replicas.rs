@@ -643,3 +643,58 @@ async fn redis_with_a_password_and_a_wrong_one() {
     assert!(error.contains("auth") || error.contains("password"), "{error}");
     assert!(!status.to_string().contains("not-it") && !status.to_string().contains("s3cret"), "{status}");
 }
+
+/// With `sessions.secret`, a backend session (per-client) that one replica opened is taken over
+/// by the replica the client moves to, so what the backend keeps for the session is still there:
+/// while the first replica runs, after it stopped (it leaves such sessions open), and, when the
+/// backend has restarted and no longer knows the session, a fresh one is opened instead. Without
+/// a secret nothing is stored to take over, and the moved session starts a new backend session.
+#[tokio::test]
+async fn backend_sessions_are_taken_over_with_a_secret() {
+    let redis = Redis::start().await;
+    let mut kit = ChildBackend::start("testkit").await;
+    let echo = http_backend("echo").await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "secret = \"${TOOLMUX_TEST_SECRET}\"\n";
+    let with = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, secret);
+    let env = [("TOOLMUX_TEST_SECRET", "0123456789abcdef0123456789abcdef-test")];
+    let recall = |s: &RawSession| {
+        let s = s.presented(s.url(), None);
+        async move { s.call("kit_recall", json!({})).await["content"][0]["text"].as_str().unwrap().to_string() }
+    };
+
+    let a = Served::start_env(&with, &[], &env).await;
+    let b = Served::start_env(&with, &[], &env).await;
+    let s = RawSession::open_url(&a.url).await;
+    s.call("kit_remember", json!({"value": "kept across replicas"})).await;
+    let on_b = s.presented(&b.url, None);
+    assert_eq!(recall(&on_b).await, "kept across replicas", "taken over while a runs");
+
+    // a stops (SIGTERM): it leaves the backend session open, and a third replica takes it over.
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    let c = Served::start_env(&with, &[], &env).await;
+    let on_c = s.presented(&c.url, None);
+    assert_eq!(recall(&on_c).await, "kept across replicas", "taken over after a stopped");
+
+    // The backend restarts and forgets every session: the stored one is refused, a fresh one opened.
+    kit.restart().await;
+    let d = Served::start_env(&with, &[], &env).await;
+    let on_d = s.presented(&d.url, None);
+    assert_eq!(recall(&on_d).await, "", "a fresh backend session where the stored one is gone");
+    on_d.call("kit_remember", json!({"value": "after the restart"})).await;
+    let e = Served::start_env(&with, &[], &env).await;
+    assert_eq!(recall(&s.presented(&e.url, None)).await, "after the restart", "the fresh one is stored in turn");
+
+    // No secret: nothing to take over.
+    let without = dir.path().join("without.toml");
+    std::fs::write(
+        &without,
+        std::fs::read_to_string(&with).unwrap().replace("secret = \"${TOOLMUX_TEST_SECRET}\"\n", ""),
+    )
+    .unwrap();
+    let f = Served::start(&without).await;
+    let g = Served::start(&without).await;
+    let t = RawSession::open_url(&f.url).await;
+    t.call("kit_remember", json!({"value": "stays on f"})).await;
+    assert_eq!(recall(&t.presented(&g.url, None)).await, "", "without a secret the backend session is not stored");
+}

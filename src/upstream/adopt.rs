@@ -1,0 +1,182 @@
+//! Taking over a backend session another replica opened (`[sessions]` with a `secret`).
+//!
+//! rmcp's client always starts a session with the initialize handshake. [`AdoptingClient`] is
+//! the HTTP client under one per-client upstream session: given a stored session (its id and
+//! the backend's initialize answer), it answers the handshake itself, with the stored answer
+//! and id, so that every later request carries the stored id to the backend. A backend that no
+//! longer knows the id answers 404, and rmcp's client starts a fresh session (its
+//! `reinit_on_expired_session`), whose handshake then goes to the backend: the session is
+//! resumed where the backend accepts the stored id and re-initialised where it does not.
+//!
+//! It also records the id the backend gives, for the store, and leaves the backend session open
+//! when the gateway stops with sessions shared ([`Adoption::keep`]): another replica takes it over.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, InitializeResult, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
+use serde::{Deserialize, Serialize};
+use sse_stream::{Error as SseError, Sse};
+
+/// A backend session as the store keeps it (sealed: see `session::shared`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredUpstream {
+    /// The backend's `Mcp-Session-Id`.
+    pub id: String,
+    /// Its answer to the initialize that opened the session.
+    pub init: InitializeResult,
+}
+
+/// One upstream session's adoption state, shared by its client and the code that opened it.
+#[derive(Debug, Default)]
+pub struct Adoption {
+    /// A stored session to take over instead of the next handshake (taken by it).
+    pending: Mutex<Option<StoredUpstream>>,
+    /// Whether the handshake was answered from the store (its `initialized` is not sent again).
+    adopted: AtomicBool,
+    /// The id the backend gave (or the adopted one).
+    session: Mutex<Option<String>>,
+    /// Set when the gateway stops with sessions shared: the backend session is not ended.
+    keep: Arc<AtomicBool>,
+}
+
+impl Adoption {
+    /// `keep` is the gateway's "leave backend sessions to other replicas" flag.
+    pub fn new(pending: Option<StoredUpstream>, keep: Arc<AtomicBool>) -> Arc<Self> {
+        Arc::new(Self { pending: Mutex::new(pending), keep, ..Self::default() })
+    }
+
+    /// The backend's session id now, once the handshake is done.
+    pub fn session(&self) -> Option<String> {
+        self.session.lock().expect("adoption lock").clone()
+    }
+
+    /// Whether the handshake was answered from the store.
+    pub fn adopted(&self) -> bool {
+        self.adopted.load(Ordering::Acquire)
+    }
+}
+
+/// `reqwest::Client`, as rmcp's client uses it, with the handshake answered from the store when
+/// there is a stored session to take over.
+#[derive(Clone)]
+pub struct AdoptingClient {
+    pub inner: reqwest::Client,
+    pub adoption: Arc<Adoption>,
+}
+
+impl StreamableHttpClient for AdoptingClient {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let limits = StreamableHttpResponseLimits::default();
+        self.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits).await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let initialize = match &message {
+            ClientJsonRpcMessage::Request(r) if matches!(r.request, ClientRequest::InitializeRequest(_)) => {
+                Some(r.id.clone())
+            }
+            _ => None,
+        };
+        if let Some(id) = initialize.clone() {
+            let stored = self.adoption.pending.lock().expect("adoption lock").take();
+            if let Some(stored) = stored {
+                self.adoption.adopted.store(true, Ordering::Release);
+                *self.adoption.session.lock().expect("adoption lock") = Some(stored.id.clone());
+                let answer =
+                    ServerJsonRpcMessage::response(rmcp::model::ServerResult::InitializeResult(stored.init), id);
+                return Ok(StreamableHttpPostResponse::Json(answer, Some(stored.id)));
+            }
+            // A real handshake (a fresh session, or one after the stored id was refused).
+            self.adoption.adopted.store(false, Ordering::Release);
+        }
+        let is_initialized = matches!(
+            &message,
+            ClientJsonRpcMessage::Notification(n) if matches!(n.notification, ClientNotification::InitializedNotification(_))
+        );
+        if is_initialized && self.adoption.adopted() {
+            // The backend heard it when the session began.
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        let response = self
+            .inner
+            .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
+            .await?;
+        if initialize.is_some() {
+            let given = match &response {
+                StreamableHttpPostResponse::Json(_, id) | StreamableHttpPostResponse::Sse(_, id) => id.clone(),
+                _ => None,
+            };
+            *self.adoption.session.lock().expect("adoption lock") = given;
+        }
+        Ok(response)
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        if self.adoption.keep.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        self.inner
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+}
