@@ -58,13 +58,13 @@ run() {
   fi
 }
 
-for mode in passthrough optimizer; do
-  config="$work/$mode.toml"
-  cat > "$config" <<TOML
+# The gateway's configuration in MODE fronting both backends, with EXTRA (TOML) after [server].
+gateway_config() {
+  cat <<TOML
 [server]
 listen = "127.0.0.1:0"
-mode = "$mode"
-
+mode = "$1"
+${2:-}
 [[backends]]
 name = "github"
 url = "$github_url"
@@ -74,6 +74,11 @@ name = "kit"
 command = "$bin"
 args = ["backend", "testkit", "--stdio"]
 TOML
+}
+
+for mode in passthrough optimizer; do
+  config="$work/$mode.toml"
+  gateway_config "$mode" > "$config"
   "$bin" serve --config "$config" > "$work/gateway.out" 2> "$work/gateway.out.err" &
   gateway=$!
   pids+=($gateway)
@@ -101,24 +106,7 @@ for _ in $(seq 100); do redis-cli -p "$redis_port" ping 2>/dev/null | grep -q PO
 restored() { curl -fsS "${1%/mcp}/status" | python3 -c 'import json, sys; print(json.load(sys.stdin)["sessions"]["store"]["restored"])'; }
 for mode in passthrough optimizer; do
   config="$work/$mode-replica.toml"
-  cat > "$config" <<TOML
-[server]
-listen = "127.0.0.1:0"
-mode = "$mode"
-
-[sessions]
-store = "redis"
-redis_url = "redis://127.0.0.1:$redis_port/0"
-
-[[backends]]
-name = "github"
-url = "$github_url"
-
-[[backends]]
-name = "kit"
-command = "$bin"
-args = ["backend", "testkit", "--stdio"]
-TOML
+  gateway_config "$mode" "$(printf '[sessions]\nstore = "redis"\nredis_url = "redis://127.0.0.1:%s/0"' "$redis_port")" > "$config"
   replicas=()
   for r in a b; do
     "$bin" serve --config "$config" > "$work/replica-$r.out" 2> "$work/replica-$r.out.err" &
