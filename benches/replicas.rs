@@ -7,7 +7,9 @@
 //! 2. a request on a session its replica holds, and the first request on `b` for a session `a`
 //!    created: the added cost is the store lookup and the rebuild (handshake replayed);
 //! 3. sessions a replica rebuilds per second: 1,000 sessions made on `a`, then each one's
-//!    first request on `b`, 32 at a time.
+//!    first request on `b`, 32 at a time;
+//! 4. with a `per_client` backend, the first call on another replica after a call on the first:
+//!    the backend session taken over (`sessions.secret`) or opened afresh (no secret).
 //!
 //! Figures are reported with ratios measured in the same run.
 
@@ -25,14 +27,43 @@ const REHYDRATE: usize = 1_000;
 const PARALLEL: usize = 32;
 
 fn config(backend: &str, redis: Option<u16>) -> String {
+    config_with(backend, redis, "shared", "")
+}
+
+/// The gateway over `backend` in `session` mode, sharing sessions through Redis at `redis`
+/// with `sessions` (more `[sessions]` keys).
+fn config_with(backend: &str, redis: Option<u16>, session: &str, sessions: &str) -> String {
     let mut toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\nmax_sessions = 5000\n\
-         [[backends]]\nname = \"kit\"\nurl = \"{backend}\"\nsession = \"shared\"\n"
+         [[backends]]\nname = \"kit\"\nurl = \"{backend}\"\nsession = \"{session}\"\n"
     );
     if let Some(port) = redis {
-        toml += &format!("[sessions]\nstore = \"redis\"\nredis_url = \"redis://127.0.0.1:{port}/0\"\n");
+        toml += &format!("[sessions]\nstore = \"redis\"\nredis_url = \"redis://127.0.0.1:{port}/0\"\n{sessions}");
     }
     toml
+}
+
+fn echo() -> serde_json::Value {
+    json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "kit_echo", "arguments": {"input": "x"}}})
+}
+
+/// The first call to a `per_client` backend on `b` of sessions that called it on `a`: the
+/// client session is rebuilt, and its backend session taken over (with a secret) or opened.
+async fn first_call_after_a_move(http: &reqwest::Client, a: &ChildGateway, b: &ChildGateway) -> Vec<Duration> {
+    let (_, sessions) = time_opens(http, &a.url, SAMPLES).await;
+    for s in &sessions {
+        assert!(s.post(&echo()).await.contains("\"x\""));
+    }
+    let mut took = Vec::with_capacity(sessions.len());
+    for s in &sessions {
+        let s = s.at(&b.url);
+        let start = Instant::now();
+        let answer = s.post(&echo()).await;
+        took.push(start.elapsed());
+        assert!(answer.contains("\"x\""), "{answer}");
+    }
+    took.sort();
+    took
 }
 
 fn list() -> serde_json::Value {
@@ -112,6 +143,22 @@ fn main() {
         }
         let rate = REHYDRATE as f64 / start.elapsed().as_secs_f64();
 
+        // per_client backend sessions after a move: taken over (sessions.secret) or opened afresh.
+        let secret = "secret = \"bench-secret-0123456789abcdef0123456789\"\n";
+        let (c, d) = (
+            ChildGateway::start(&config_with(&backend, Some(port), "per_client", secret)),
+            ChildGateway::start(&config_with(&backend, Some(port), "per_client", secret)),
+        );
+        let (e, f) = (
+            ChildGateway::start(&config_with(&backend, Some(port), "per_client", "")),
+            ChildGateway::start(&config_with(&backend, Some(port), "per_client", "")),
+        );
+        for g in [&c, &d, &e, &f] {
+            g.ready().await;
+        }
+        let taken_over = first_call_after_a_move(&http, &c, &d).await;
+        let reopened = first_call_after_a_move(&http, &e, &f).await;
+
         let p = |d: &[Duration], q| ms(percentile(d, q));
         println!("passthrough, one HTTP backend, a local redis-server; {SAMPLES} samples each, times in ms");
         println!("{:<52} {:>8} {:>8}", "", "p50", "p90");
@@ -135,6 +182,17 @@ fn main() {
             "first request on another replica against a held one (p50): {:.2}× (+{:.3} ms)",
             p(&moved, 0.5) / p(&held, 0.5),
             p(&moved, 0.5) - p(&held, 0.5),
+        );
+        for (name, d) in [
+            ("first per_client call after a move, taken over", &taken_over),
+            ("first per_client call after a move, opened afresh", &reopened),
+        ] {
+            println!("{name:<52} {:>8.3} {:>8.3}", p(d, 0.5), p(d, 0.9));
+        }
+        println!(
+            "taking the backend session over against opening one (p50): {:.2}× ({:+.3} ms)",
+            p(&taken_over, 0.5) / p(&reopened, 0.5),
+            p(&taken_over, 0.5) - p(&reopened, 0.5),
         );
         println!(
             "sessions rebuilt per second by one replica ({PARALLEL} at a time, 2 cores shared with the rest): {rate:.0}"
