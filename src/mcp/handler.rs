@@ -226,15 +226,14 @@ impl GatewayHandler {
     async fn record_upstream(&self, context: &RequestContext<RoleServer>, backend: &str) {
         let Some(shared) = self.gw.shared_sessions() else { return };
         let Some(SessionKey(id)) = session_key(context) else { return };
-        let stored = match self.session.get().and_then(|s| s.upstreams()) {
-            Some(upstreams) => upstreams.stored(backend).await,
-            None => None,
-        };
-        let now = stored.as_ref().map(|s| s.id.clone());
-        let changed = self.upstreams_recorded.lock().expect("recorded lock").insert(backend.to_string(), now.clone());
-        if changed.is_some_and(|before| before == now) {
+        let Some(upstreams) = self.session.get().and_then(|s| s.upstreams()) else { return };
+        // Most calls find the id recorded already: only a new one is sealed and written.
+        let now = upstreams.session_id(backend).await;
+        let before = self.upstreams_recorded.lock().expect("recorded lock").insert(backend.to_string(), now.clone());
+        if before.is_some_and(|before| before == now) {
             return;
         }
+        let stored = upstreams.stored(backend).await;
         let sealed = stored.map_or_else(|| "-".to_string(), |s| shared.seal(id, backend, &s));
         shared.change(id, Change::Upstream(backend.to_string(), sealed)).await;
     }

@@ -122,10 +122,19 @@ impl ClientUpstreams {
         self.adoptable.lock().expect("adoptable lock").insert(backend.to_string(), stored);
     }
 
+    async fn live(&self, backend: &str) -> Option<Arc<Conn>> {
+        let slot = self.slots.lock().expect("slots lock").get(backend).cloned()?;
+        slot.lock().await.clone().filter(|c| !c.closed.is_cancelled())
+    }
+
+    /// The backend's id of the live backend session to `backend` (HTTP backends).
+    pub async fn session_id(&self, backend: &str) -> Option<String> {
+        self.live(backend).await?.adoption.as_ref()?.session()
+    }
+
     /// The live backend session to `backend`, as another replica would take it over.
     pub async fn stored(&self, backend: &str) -> Option<StoredUpstream> {
-        let slot = self.slots.lock().expect("slots lock").get(backend).cloned()?;
-        let conn = slot.lock().await.clone().filter(|c| !c.closed.is_cancelled())?;
+        let conn = self.live(backend).await?;
         let id = conn.adoption.as_ref()?.session()?;
         // What the backend answered to the handshake, in the shape the handshake's answer has.
         let info = serde_json::to_value(&*conn.peer.peer_info()?).ok()?;
