@@ -166,7 +166,7 @@ impl Edge {
             let owner = self.owners.lock().expect("owners lock").get(id).cloned();
             if owner.as_ref().is_some_and(|o| *o != principal) {
                 tracing::info!(%principal, "request refused: 404 for another principal's session");
-                return (StatusCode::NOT_FOUND, "no such session\n").into_response();
+                return no_such_session();
             }
             if let Some(shared) = &self.shared {
                 if self.sessions.sessions.read().await.contains_key(id.as_str()) {
@@ -220,12 +220,12 @@ impl Edge {
                 return Err((StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::RETRY_AFTER, "1")], message)
                     .into_response());
             }
-            Ok(None) => return Err((StatusCode::NOT_FOUND, "no such session\n").into_response()),
+            Ok(None) => return Err(no_such_session()),
             Ok(Some(r)) => r,
         };
         if record.principal != principal {
             tracing::info!(%principal, "request refused: 404 for another principal's stored session");
-            return Err((StatusCode::NOT_FOUND, "no such session\n").into_response());
+            return Err(no_such_session());
         }
         if self.gw.is_draining() {
             let message = "toolmux is stopping; send the session's requests to another replica\n";
@@ -238,7 +238,7 @@ impl Edge {
                 (StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::RETRY_AFTER, "5")], message).into_response()
             );
         }
-        shared.restoring(id, &record, SharedSessions::fields_of(&record));
+        shared.restoring(id, &record);
         Ok(record)
     }
 
@@ -347,7 +347,7 @@ impl Edge {
                     shared.delete(&id).await;
                     return (StatusCode::OK, "session ended\n").into_response();
                 }
-                return (StatusCode::NOT_FOUND, "no such session\n").into_response();
+                return no_such_session();
             }
         }
         let mut response = next.run(req).await;
@@ -356,6 +356,12 @@ impl Edge {
         }
         response
     }
+}
+
+/// The answer for a session that does not exist, has ended, or is another principal's: the
+/// spec's 404, the same in every case so that an id reveals nothing.
+fn no_such_session() -> Response {
+    (StatusCode::NOT_FOUND, "no such session\n").into_response()
 }
 
 const SESSION_HEADER: &str = "mcp-session-id";

@@ -271,7 +271,8 @@ impl SharedSessions {
     }
 
     /// Hands `record` to the restore rmcp runs next for `id`, and keeps its fields here.
-    pub fn restoring(&self, id: &str, record: &Record, fields: Fields) {
+    pub fn restoring(&self, id: &str, record: &Record) {
+        let fields = Self::fields_of(record);
         let mut prefetched = self.prefetched.lock().expect("prefetched lock");
         if prefetched.len() >= HANDOVER_LIMIT {
             prefetched.clear();
@@ -559,7 +560,7 @@ impl SharedSessions {
     }
 
     /// The record's fields as this replica keeps them (seen now).
-    pub fn fields_of(record: &Record) -> Fields {
+    fn fields_of(record: &Record) -> Fields {
         let mut fields = Fields::new();
         fields.insert(PRINCIPAL.into(), record.principal.clone());
         fields.insert(REVISION.into(), record.client.protocol_version.to_string());
