@@ -708,13 +708,13 @@ impl ServerHandler for GatewayHandler {
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.measured("logging/setLevel", async {
             let Some(session) = self.session.get() else { return Ok(()) };
             self.apply_level(session, request.level).await;
             if let Some(name) = level_name(request.level) {
-                self.record(&_context, Change::Level(name)).await;
+                self.record(&context, Change::Level(name)).await;
             }
             Ok(())
         })
