@@ -190,28 +190,41 @@ impl Balancer {
     }
 }
 
-/// A replica's configuration: `mode`, the testkit backend at `kit` (one session per client), the
-/// echo backend at `echo` (shared), sessions in `redis`.
-fn replica_config(
-    dir: &std::path::Path,
-    mode: &str,
-    kit: &str,
-    echo: &str,
-    redis: &Redis,
-    extra: &str,
-) -> std::path::PathBuf {
-    let path = dir.join(format!("toolmux-{mode}.toml"));
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\nshutdown_grace = \"20s\"\n\
-         [optimizer]\ncache_dir = {cache:?}\n\
-         [sessions]\nstore = \"redis\"\nredis_url = \"{url}\"\ntimeout = \"300ms\"\n{extra}\n\
-         [[backends]]\nname = \"kit\"\nurl = \"{kit}\"\nsession = \"per_client\"\n\
-         [[backends]]\nname = \"echo\"\nurl = \"{echo}\"\nsession = \"shared\"\n",
-        cache = shared_cache_dir(),
-        url = redis.url(),
-    );
-    std::fs::write(&path, toml).unwrap();
-    path
+/// What every replica of a test fronts: the testkit backend (one session per client) in a child
+/// process, the echo backend (shared) in this one, and a folder for the replicas' files.
+struct Backends {
+    kit: ChildBackend,
+    echo: HttpBackend,
+    dir: tempfile::TempDir,
+}
+
+impl Backends {
+    async fn start() -> Self {
+        Self {
+            kit: ChildBackend::start("testkit").await,
+            echo: http_backend("echo").await,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// A replica's configuration in `mode` over both backends, sessions in `redis`, with `extra`
+    /// (more `[sessions]` keys).
+    fn config(&self, mode: &str, redis: &Redis, extra: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join(format!("toolmux-{mode}.toml"));
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\nshutdown_grace = \"20s\"\n\
+             [optimizer]\ncache_dir = {cache:?}\n\
+             [sessions]\nstore = \"redis\"\nredis_url = \"{url}\"\ntimeout = \"300ms\"\n{extra}\n\
+             [[backends]]\nname = \"kit\"\nurl = \"{kit}\"\nsession = \"per_client\"\n\
+             [[backends]]\nname = \"echo\"\nurl = \"{echo}\"\nsession = \"shared\"\n",
+            cache = shared_cache_dir(),
+            url = redis.url(),
+            kit = self.kit.url(),
+            echo = self.echo.url,
+        );
+        std::fs::write(&path, toml).unwrap();
+        path
+    }
 }
 
 /// One tool call in `mode` through a session: the backend tool directly (passthrough), or
@@ -243,11 +256,9 @@ async fn use_tools(c: &rmcp::service::RunningService<rmcp::service::RoleClient, 
 #[tokio::test]
 async fn a_session_is_served_by_whichever_replica_its_request_reaches() {
     let redis = Redis::start().await;
-    let kit = ChildBackend::start("testkit").await;
-    let echo = http_backend("echo").await;
-    let dir = tempfile::tempdir().unwrap();
+    let backends = Backends::start().await;
     for mode in ["passthrough", "optimizer"] {
-        let config = replica_config(dir.path(), mode, &kit.url(), &echo.url, &redis, "");
+        let config = backends.config(mode, &redis, "");
         let a = Served::start(&config).await;
         let b = Served::start(&config).await;
         let lb = Balancer::start(vec![a.base.clone(), b.base.clone()]).await;
@@ -302,11 +313,9 @@ async fn a_session_is_served_by_whichever_replica_its_request_reaches() {
 #[tokio::test]
 async fn a_stored_session_is_its_principals_alone_and_ends_everywhere() {
     let redis = Redis::start().await;
-    let kit = ChildBackend::start("testkit").await;
-    let echo = http_backend("echo").await;
-    let dir = tempfile::tempdir().unwrap();
+    let backends = Backends::start().await;
     let auth = bearer_auth(&["alice", "bob"]);
-    let config = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let config = backends.config("passthrough", &redis, "");
     // A short idle timeout: replicas check for sessions ended elsewhere every second.
     let text_of = std::fs::read_to_string(&config)
         .unwrap()
@@ -346,10 +355,8 @@ async fn a_stored_session_is_its_principals_alone_and_ends_everywhere() {
 #[tokio::test]
 async fn a_store_outage_costs_only_moves_between_replicas() {
     let mut redis = Redis::start().await;
-    let kit = ChildBackend::start("testkit").await;
-    let echo = http_backend("echo").await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let backends = Backends::start().await;
+    let config = backends.config("passthrough", &redis, "");
     let a = Served::start(&config).await;
     let b = Served::start(&config).await;
     let before = RawSession::open_url(&a.url).await;
@@ -393,10 +400,8 @@ async fn a_store_outage_costs_only_moves_between_replicas() {
 #[tokio::test]
 async fn a_slow_store_costs_a_request_at_most_its_timeout() {
     let redis = Redis::start().await;
-    let kit = ChildBackend::start("testkit").await;
-    let echo = http_backend("echo").await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let backends = Backends::start().await;
+    let config = backends.config("passthrough", &redis, "");
     let a = Served::start(&config).await;
     let b = Served::start(&config).await;
     let s = RawSession::open_url(&a.url).await;
@@ -438,10 +443,8 @@ async fn a_slow_store_costs_a_request_at_most_its_timeout() {
 async fn a_rolling_restart_under_load_fails_no_request() {
     const SESSIONS: usize = 100;
     let redis = Redis::start().await;
-    let kit = ChildBackend::start("testkit").await;
-    let echo = http_backend("echo").await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let backends = Backends::start().await;
+    let config = backends.config("passthrough", &redis, "");
     let mut replicas = vec![Served::start(&config).await, Served::start(&config).await, Served::start(&config).await];
     let lb = Balancer::start(replicas.iter().map(|r| r.base.clone()).collect()).await;
 
@@ -590,11 +593,9 @@ async fn a_rebuilt_session_keeps_its_level_and_subscriptions() {
 #[tokio::test]
 async fn sessions_move_through_a_redis_that_speaks_tls() {
     let redis = Redis::launch(None, true).await;
-    let kit = ChildBackend::start("testkit").await;
-    let echo = http_backend("echo").await;
-    let dir = tempfile::tempdir().unwrap();
+    let backends = Backends::start().await;
     let ca = format!("tls_ca_file = {:?}\n", fixture_tls("ca.pem"));
-    let config = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, &ca);
+    let config = backends.config("passthrough", &redis, &ca);
     let a = Served::start(&config).await;
     let b = Served::start(&config).await;
     let s = RawSession::open_url(&a.url).await;
@@ -603,7 +604,7 @@ async fn sessions_move_through_a_redis_that_speaks_tls() {
     assert_eq!(b.status().await["sessions"]["store"]["restored"], 1);
 
     // Without the CA, the server's certificate is checked against the system's roots, and fails.
-    let unverified = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let unverified = backends.config("passthrough", &redis, "");
     let c = Served::start(&unverified).await;
     RawSession::open_url(&c.url).await;
     let status = c.status().await;
@@ -618,10 +619,8 @@ async fn sessions_move_through_a_redis_that_speaks_tls() {
 #[tokio::test]
 async fn redis_with_a_password_and_a_wrong_one() {
     let redis = Redis::start_with(Some("s3cret-pw")).await;
-    let kit = ChildBackend::start("testkit").await;
-    let echo = http_backend("echo").await;
-    let dir = tempfile::tempdir().unwrap();
-    let right = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, "");
+    let backends = Backends::start().await;
+    let right = backends.config("passthrough", &redis, "");
     let text = std::fs::read_to_string(&right).unwrap();
     std::fs::write(&right, text.replace(":s3cret-pw@", ":${REDIS_PASSWORD}@")).unwrap();
     let env = [("REDIS_PASSWORD", "s3cret-pw")];
@@ -631,7 +630,7 @@ async fn redis_with_a_password_and_a_wrong_one() {
     let r = s.presented(&b.url, None).call("echo_echo", json!({"input": "with a password"})).await;
     assert_eq!(r["content"][0]["text"], "with a password");
 
-    let wrong = dir.path().join("wrong.toml");
+    let wrong = backends.dir.path().join("wrong.toml");
     std::fs::write(&wrong, text.replace(":s3cret-pw@", ":not-it@")).unwrap();
     let c = Served::start(&wrong).await;
     let own = RawSession::open_url(&c.url).await;
@@ -652,11 +651,9 @@ async fn redis_with_a_password_and_a_wrong_one() {
 #[tokio::test]
 async fn backend_sessions_are_taken_over_with_a_secret() {
     let redis = Redis::start().await;
-    let mut kit = ChildBackend::start("testkit").await;
-    let echo = http_backend("echo").await;
-    let dir = tempfile::tempdir().unwrap();
+    let mut backends = Backends::start().await;
     let secret = "secret = \"${TOOLMUX_TEST_SECRET}\"\n";
-    let with = replica_config(dir.path(), "passthrough", &kit.url(), &echo.url, &redis, secret);
+    let with = backends.config("passthrough", &redis, secret);
     let env = [("TOOLMUX_TEST_SECRET", "0123456789abcdef0123456789abcdef-test")];
     let recall = |s: &RawSession| {
         let s = s.presented(s.url(), None);
@@ -677,7 +674,7 @@ async fn backend_sessions_are_taken_over_with_a_secret() {
     assert_eq!(recall(&on_c).await, "kept across replicas", "taken over after a stopped");
 
     // The backend restarts and forgets every session: the stored one is refused, a fresh one opened.
-    kit.restart().await;
+    backends.kit.restart().await;
     let d = Served::start_env(&with, &[], &env).await;
     let on_d = s.presented(&d.url, None);
     assert_eq!(recall(&on_d).await, "", "a fresh backend session where the stored one is gone");
@@ -686,7 +683,7 @@ async fn backend_sessions_are_taken_over_with_a_secret() {
     assert_eq!(recall(&s.presented(&e.url, None)).await, "after the restart", "the fresh one is stored in turn");
 
     // No secret: nothing to take over.
-    let without = dir.path().join("without.toml");
+    let without = backends.dir.path().join("without.toml");
     std::fs::write(
         &without,
         std::fs::read_to_string(&with).unwrap().replace("secret = \"${TOOLMUX_TEST_SECRET}\"\n", ""),
