@@ -8,6 +8,7 @@
 //! and leave-one-set-out (chosen on one set, scored on the other, the closest the dev data comes
 //! to an unseen catalog).
 
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -25,7 +26,7 @@ const FOLDS: usize = 5;
 const DEPTH: usize = 50;
 
 /// One query's arm scores over every tool.
-struct Arms {
+struct ArmHits {
     dense: Vec<Hit>,
     keyword: Vec<Hit>,
 }
@@ -36,7 +37,7 @@ struct StudyQuery {
     /// The vectors of the query and its clauses with literals dropped ([`literals_dropped`]).
     clean: (Vec<f32>, Vec<Vec<f32>>),
     terms: Vec<String>,
-    whole: Arms,
+    whole: ArmHits,
     clauses: Vec<(Vec<f32>, Vec<String>)>,
 }
 
@@ -46,6 +47,8 @@ struct StudySet {
     /// Keyword indexes other than find_tool's, by [`KEYWORD_VARIANTS`] position (0 is find_tool's).
     keyword: Vec<Bm25Index>,
     queries: Vec<StudyQuery>,
+    /// The same tools indexed by the model under each [`SecondText`] (by its position).
+    second: Vec<Arc<Generation>>,
 }
 
 /// A variant: how the arms are merged, and what is done before and after.
@@ -60,7 +63,37 @@ struct Variant {
     keyword: usize,
     /// The dense arm embeds the text with literals dropped.
     clean: bool,
+    /// How each arm's list is cut and scored before the convex fusion.
+    arms: ArmOptions,
+    /// A second vector per tool: its text, and the weight of its cosine in the dense score
+    /// (`(1 − w) · cos(full text) + w · cos(second)`; `None` = the larger of the two).
+    second: Option<(SecondText, Option<f32>)>,
 }
+
+/// Arm options of the convex fusion beyond find_tool's (depth [`DEPTH`], floor, fixed weight).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ArmOptions {
+    /// How many hits of each arm are normalised and fused.
+    depth: usize,
+    /// A tool one arm did not rank gets its exact score in that arm instead of the arm's floor.
+    fill: bool,
+    /// The dense weight moves by `adaptive · (zd − zk) / (zd + zk)` with each arm's top z-score:
+    /// the arm whose best hit stands out more counts more for this query.
+    adaptive: f32,
+}
+
+const FIND_TOOL_ARMS: ArmOptions = ArmOptions { depth: DEPTH, fill: false, adaptive: 0.0 };
+
+/// The text of a second vector per tool.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum SecondText {
+    /// Name words and description, without the parameters.
+    NameDescription,
+    /// Name words alone.
+    Name,
+}
+
+const SECOND_TEXTS: [SecondText; 2] = [SecondText::NameDescription, SecondText::Name];
 
 /// The request without its literals: words holding a digit (ids, numbers, addresses) dropped.
 pub fn literals_dropped(text: &str) -> String {
@@ -96,6 +129,21 @@ impl std::fmt::Display for Variant {
         if self.clean {
             write!(f, ", literals dropped")?;
         }
+        match self.second {
+            Some((text, Some(w))) => write!(f, ", {text:?} vector × {w}")?,
+            Some((text, None)) => write!(f, ", max with {text:?} vector")?,
+            None => {}
+        }
+        if self.arms != FIND_TOOL_ARMS {
+            let ArmOptions { depth, fill, adaptive } = self.arms;
+            write!(f, ", depth {depth}")?;
+            if fill {
+                write!(f, ", exact fill-in")?;
+            }
+            if adaptive > 0.0 {
+                write!(f, ", adaptive {adaptive}")?;
+            }
+        }
         if self.keyword != 0 {
             write!(f, ", {}", KEYWORD_VARIANTS[self.keyword].0)?;
         }
@@ -122,8 +170,9 @@ fn keyword_hits(index: &Bm25Index, t: &[String], allow: &AllowList) -> Vec<Hit> 
 /// The variant's ranking (best first, 10 deep) for one query.
 fn rank(set: &StudySet, q: &StudyQuery, v: &Variant, allow: &AllowList) -> Vec<u32> {
     let g = &set.generation;
-    let fuse_one = |vector: &[f32], whole: Option<&Arms>, t: &[String]| -> Vec<Hit> {
+    let fuse_one = |vector: &[f32], whole: Option<&ArmHits>, t: &[String]| -> Vec<Hit> {
         let dense = match whole {
+            _ if v.second.is_some() => two_vector_hits(set, v, vector, allow),
             Some(a) => a.dense.clone(),
             None => dense_hits(g, vector, allow),
         };
@@ -131,7 +180,11 @@ fn rank(set: &StudySet, q: &StudyQuery, v: &Variant, allow: &AllowList) -> Vec<u
             Some(a) if v.keyword == 0 => a.keyword.clone(),
             _ => keyword_hits(&set.keyword[v.keyword], t, allow),
         };
-        let mut fused = fusion::fuse(v.fusion, &dense, &keyword, DEPTH);
+        let mut fused = if v.arms != FIND_TOOL_ARMS {
+            fuse_with_options(set, v, vector, t, allow)
+        } else {
+            fusion::fuse(v.fusion, &dense, &keyword, DEPTH)
+        };
         if let (Some((beta, m)), Some(d)) = (v.feedback, &g.dense) {
             let mut moved = vector.to_vec();
             let top: Vec<_> = fused.iter().take(m).collect();
@@ -177,6 +230,86 @@ fn rank(set: &StudySet, q: &StudyQuery, v: &Variant, allow: &AllowList) -> Vec<u
         fused = crate::index::top_k(best.into_iter().map(|(slot, score)| Hit { slot, score }).collect(), 10);
     }
     fused.into_iter().take(10).map(|h| h.slot).collect()
+}
+
+/// The dense arm when each tool has two vectors ([`Variant::second`]).
+fn two_vector_hits(set: &StudySet, v: &Variant, vector: &[f32], allow: &AllowList) -> Vec<Hit> {
+    let Some((text, weight)) = v.second else { return Vec::new() };
+    let all = set.generation.catalog.len();
+    let second = SECOND_TEXTS.iter().position(|t| *t == text).unwrap_or(0);
+    let other: HashMap<u32, f32> =
+        dense_hits_n(&set.second[second], vector, allow, all).iter().map(|h| (h.slot, h.score)).collect();
+    let hits = dense_hits_n(&set.generation, vector, allow, all)
+        .into_iter()
+        .map(|h| {
+            let o = other.get(&h.slot).copied().unwrap_or(h.score);
+            let score = match weight {
+                Some(w) => (1.0 - w) * h.score + w * o,
+                None => h.score.max(o),
+            };
+            Hit { slot: h.slot, score }
+        })
+        .collect();
+    crate::index::top_k(hits, DEPTH)
+}
+
+/// Mean and standard deviation of an arm's scores.
+fn zstats(h: &[Hit]) -> (f32, f32) {
+    let n = h.len().max(1) as f32;
+    let mean = h.iter().map(|h| h.score).sum::<f32>() / n;
+    let var = h.iter().map(|h| (h.score - mean).powi(2)).sum::<f32>() / n;
+    (mean, if var > 0.0 { var.sqrt() } else { 1.0 })
+}
+
+/// The z-score convex fusion with [`Variant::arms`] options.
+fn fuse_with_options(set: &StudySet, v: &Variant, vector: &[f32], t: &[String], allow: &AllowList) -> Vec<Hit> {
+    let ArmOptions { depth, fill, adaptive: alpha } = v.arms;
+    let Fusion::Convex { dense: w, .. } = v.fusion else { return Vec::new() };
+    let g = &set.generation;
+    let all = g.catalog.len();
+    let d_all = dense_hits_n(g, vector, allow, all);
+    let k_all = set.keyword[v.keyword].search(t, allow, all);
+    let d_top = &d_all[..depth.min(d_all.len())];
+    let k_top = &k_all[..depth.min(k_all.len())];
+    let (dm, ds) = zstats(d_top);
+    let (km, ks) = zstats(k_top);
+    let d_floor = d_top.last().map(|h| (h.score - dm) / ds).unwrap_or(0.0);
+    let k_floor = k_top.last().map(|h| (h.score - km) / ks).unwrap_or(0.0);
+    let d_map: HashMap<u32, f32> = d_all.iter().map(|h| (h.slot, h.score)).collect();
+    let k_map: HashMap<u32, f32> = k_all.iter().map(|h| (h.slot, h.score)).collect();
+    let mut w = w;
+    if alpha > 0.0 {
+        let zd = d_top.first().map(|h| (h.score - dm) / ds).unwrap_or(0.0).max(0.0);
+        let zk = k_top.first().map(|h| (h.score - km) / ks).unwrap_or(0.0).max(0.0);
+        if zd + zk > 0.0 {
+            w = (w + alpha * (zd - zk) / (zd + zk)).clamp(0.0, 1.0);
+        }
+    }
+    let mut cands: Vec<u32> = d_top.iter().chain(k_top).map(|h| h.slot).collect();
+    cands.sort_unstable();
+    cands.dedup();
+    let in_d: HashSet<u32> = d_top.iter().map(|h| h.slot).collect();
+    let in_k: HashSet<u32> = k_top.iter().map(|h| h.slot).collect();
+    let hits = cands
+        .into_iter()
+        .map(|slot| {
+            let zd = if fill || in_d.contains(&slot) { (d_map[&slot] - dm) / ds } else { d_floor };
+            let zk = if fill || in_k.contains(&slot) {
+                (k_map.get(&slot).copied().unwrap_or(0.0) - km) / ks
+            } else {
+                k_floor
+            };
+            Hit { slot, score: w * zd + (1.0 - w) * zk }
+        })
+        .collect();
+    crate::index::top_k(hits, DEPTH)
+}
+
+fn dense_hits_n(generation: &Generation, q: &[f32], allow: &AllowList, n: usize) -> Vec<Hit> {
+    match &generation.dense {
+        Some(d) => d.search(q, allow, n).0,
+        None => Vec::new(),
+    }
 }
 
 /// Per-query (R@8, MRR@10) of one variant on one set.
@@ -251,7 +384,7 @@ async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path
         let vector = vectors.next().unwrap_or_default();
         let t = terms(&q.query);
         let whole =
-            Arms { dense: dense_hits(&generation, &vector, &allow), keyword: keyword_hits(&keyword[0], &t, &allow) };
+            ArmHits { dense: dense_hits(&generation, &vector, &allow), keyword: keyword_hits(&keyword[0], &t, &allow) };
         let clauses = c.iter().map(|text| (vectors.next().unwrap_or_default(), terms(text))).collect();
         let clean =
             (vectors.next().unwrap_or_default(), c.iter().map(|_| vectors.next().unwrap_or_default()).collect());
@@ -259,12 +392,40 @@ async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path
         queries.push(StudyQuery { gold, vector, clean, terms: t, whole, clauses });
     }
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    Ok(StudySet { name, generation, keyword, queries })
+    let mut second = Vec::new();
+    for form in SECOND_TEXTS {
+        let mut c = super::catalog(&dir.join("tools.jsonl"))?;
+        let tools: Vec<_> = c
+            .tools()
+            .iter()
+            .map(|t| {
+                let mut t = t.clone();
+                let name = crate::catalog::text::split_identifier(t.name()).join(" ");
+                t.text = if form == SecondText::NameDescription {
+                    format!("{name}: {}", t.tool.description.as_deref().unwrap_or_default().trim())
+                } else {
+                    name
+                };
+                t
+            })
+            .collect();
+        c = crate::catalog::Catalog::from_tools(tools);
+        second.push(store.rebuild(c).await);
+    }
+    Ok(StudySet { name, generation, keyword, queries, second })
 }
 
 /// The families compared, each a grid of variants.
 fn families() -> Vec<(&'static str, Vec<Variant>)> {
-    let plain = |fusion| Variant { fusion, feedback: None, clauses: None, keyword: 0, clean: false };
+    let plain = |fusion| Variant {
+        fusion,
+        feedback: None,
+        clauses: None,
+        keyword: 0,
+        clean: false,
+        arms: FIND_TOOL_ARMS,
+        second: None,
+    };
     let weights: Vec<f32> = (2..=8).map(|i| i as f32 / 10.0).collect();
     let mut rrf = Vec::new();
     for k in [10.0, 20.0, 60.0] {
@@ -284,6 +445,8 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clauses: None,
                     keyword: 0,
                     clean: false,
+                    arms: FIND_TOOL_ARMS,
+                    second: None,
                 });
             }
         }
@@ -298,6 +461,8 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clauses: None,
                     keyword: 0,
                     clean: false,
+                    arms: FIND_TOOL_ARMS,
+                    second: None,
                 });
             }
         }
@@ -309,7 +474,15 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
             for c in
                 [Combine::Max(0.6), Combine::Max(0.7), Combine::Max(0.8), Combine::Max(0.9), Combine::Interleave(2.0)]
             {
-                out.push(Variant { fusion: f, feedback: None, clauses: Some(c), keyword: 0, clean: false });
+                out.push(Variant {
+                    fusion: f,
+                    feedback: None,
+                    clauses: Some(c),
+                    keyword: 0,
+                    clean: false,
+                    arms: FIND_TOOL_ARMS,
+                    second: None,
+                });
             }
         }
     }
@@ -322,6 +495,8 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                 clauses: Some(Combine::Max(0.8)),
                 keyword,
                 clean: false,
+                arms: FIND_TOOL_ARMS,
+                second: None,
             });
         }
     }
@@ -329,7 +504,49 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
     for f in best_convex(Normalise::ZScore) {
         for c in [Combine::Max(0.7), Combine::Max(0.8)] {
             for keyword in [0, 1] {
-                zclean.push(Variant { fusion: f, feedback: None, clauses: Some(c), keyword, clean: true });
+                zclean.push(Variant {
+                    fusion: f,
+                    feedback: None,
+                    clauses: Some(c),
+                    keyword,
+                    clean: true,
+                    arms: FIND_TOOL_ARMS,
+                    second: None,
+                });
+            }
+        }
+    }
+    let mut two_vectors = Vec::new();
+    for w in [0.5f32, 0.6] {
+        for text in SECOND_TEXTS {
+            for weight in [Some(0.3f32), Some(0.5), None] {
+                two_vectors.push(Variant {
+                    fusion: Fusion::Convex { norm: Normalise::ZScore, dense: w },
+                    feedback: None,
+                    clauses: Some(Combine::Max(0.8)),
+                    keyword: 1,
+                    clean: false,
+                    arms: FIND_TOOL_ARMS,
+                    second: Some((text, weight)),
+                });
+            }
+        }
+    }
+    let mut arm_options = Vec::new();
+    for w in [0.5f32, 0.6] {
+        for depth in [20usize, 50, 100] {
+            for fill in [false, true] {
+                for adaptive in [0.0f32, 0.25, 0.5] {
+                    arm_options.push(Variant {
+                        fusion: Fusion::Convex { norm: Normalise::ZScore, dense: w },
+                        feedback: None,
+                        clauses: Some(Combine::Max(0.8)),
+                        keyword: 1,
+                        clean: false,
+                        arms: ArmOptions { depth, fill, adaptive },
+                        second: None,
+                    });
+                }
             }
         }
     }
@@ -353,8 +570,12 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                 clauses: Some(Combine::Max(crate::store::CLAUSE_WEIGHT)),
                 keyword: 1,
                 clean: false,
+                arms: FIND_TOOL_ARMS,
+                second: None,
             }],
         ),
+        ("convex z-score + clauses, arm depth, exact fill-in, adaptive weight", arm_options),
+        ("convex z-score + clauses, two vectors per tool", two_vectors),
     ]
 }
 
