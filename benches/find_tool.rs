@@ -33,7 +33,7 @@ fn generation(rt: &tokio::runtime::Runtime, m: &Arc<toolmux::embed::worker::Mode
                     let key = ToolKey { backend: Arc::from(name.as_str()), tool: Arc::from(&*t.name) };
                     let mut exposed = t.clone();
                     exposed.name = format!("{name}_{}", t.name).into();
-                    CatalogTool::new(key, exposed)
+                    CatalogTool::new(key, exposed, None)
                 })
             })
             .collect()
@@ -49,7 +49,11 @@ fn generation(rt: &tokio::runtime::Runtime, m: &Arc<toolmux::embed::worker::Mode
                 let mut tool = t.tool.clone();
                 tool.name = format!("{}_{i}", t.name()).into();
                 let backend = format!("b{}", i % 20);
-                CatalogTool::new(ToolKey { backend: Arc::from(backend.as_str()), tool: Arc::from(&*tool.name) }, tool)
+                CatalogTool::new(
+                    ToolKey { backend: Arc::from(backend.as_str()), tool: Arc::from(&*tool.name) },
+                    tool,
+                    None,
+                )
             })
             .collect()
     };

@@ -40,7 +40,11 @@ fn catalog_of(n: usize) -> Catalog {
             };
             let backend = format!("b{}", i % 20);
             tool.name = format!("{backend}_{original}").into();
-            CatalogTool::new(ToolKey { backend: Arc::from(backend.as_str()), tool: Arc::from(original.as_str()) }, tool)
+            CatalogTool::new(
+                ToolKey { backend: Arc::from(backend.as_str()), tool: Arc::from(original.as_str()) },
+                tool,
+                None,
+            )
         })
         .collect();
     Catalog::from_tools(tools)

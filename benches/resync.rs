@@ -52,6 +52,7 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize, policy: Arc<dyn Policy>) 
             CatalogTool::new(
                 ToolKey { backend: Arc::from(b.as_str()), tool: Arc::from(format!("tool_{i}").as_str()) },
                 t,
+                None,
             )
         })
         .collect();

@@ -134,6 +134,7 @@ fn benches(c: &mut Criterion) {
             CatalogTool::new(
                 ToolKey { backend: Arc::from(format!("b{}", i % 20).as_str()), tool: Arc::from("x") },
                 tool,
+                None,
             )
         })
         .collect();

@@ -286,7 +286,10 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
         let backends = gw.upstream.backends();
         let settled = backends.iter().all(|b| settled(&gw, b));
         let listings: Vec<_> = backends.iter().map(|b| (b.name().to_string(), b.listing())).collect();
-        let views: Vec<Listing<'_>> = listings.iter().map(|(n, l)| Listing { backend: n, tools: &l.tools }).collect();
+        let views: Vec<Listing<'_>> = listings
+            .iter()
+            .map(|(n, l)| Listing { backend: n, tools: &l.tools, server: l.server.as_deref() })
+            .collect();
         let (catalog, found) = Catalog::resolve(&views, &gw.aggregation);
         for c in &found {
             tracing::error!("{c}");
@@ -322,7 +325,8 @@ fn settled(gw: &Gateway, b: &crate::upstream::Backend) -> bool {
 }
 
 fn same_catalog(a: &Catalog, b: &Catalog) -> bool {
-    a.len() == b.len() && a.tools().iter().zip(b.tools()).all(|(x, y)| x.key == y.key && x.tool == y.tool)
+    a.len() == b.len()
+        && a.tools().iter().zip(b.tools()).all(|(x, y)| x.key == y.key && x.tool == y.tool && x.text == y.text)
 }
 
 /// Serves one client over stdin/stdout (for desktop clients that launch their servers).

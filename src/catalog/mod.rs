@@ -94,6 +94,8 @@ pub struct Clash {
 pub struct Listing<'a> {
     pub backend: &'a str,
     pub tools: &'a [Tool],
+    /// The backend's label for search text ([`text::server_label`] of its `serverInfo`).
+    pub server: Option<&'a str>,
 }
 
 /// The resolved, name-sorted set of exposed tools.
@@ -147,6 +149,7 @@ impl Catalog {
                 tools.push(CatalogTool::new(
                     ToolKey { backend: backend.clone(), tool: Arc::from(original.as_str()) },
                     exposed_tool,
+                    listing.server,
                 ));
             }
         }
@@ -179,9 +182,10 @@ impl Catalog {
 }
 
 impl CatalogTool {
-    pub fn new(key: ToolKey, tool: Tool) -> Self {
+    /// `server` is the label of the server offering the tool ([`text::server_label`]), if any.
+    pub fn new(key: ToolKey, tool: Tool, server: Option<&str>) -> Self {
         let tokens = token_weight(&tool);
-        let text = text::search_text(&tool);
+        let text = text::search_text(&tool, server);
         Self { key, tool, tokens, text }
     }
 }

@@ -23,7 +23,8 @@ fn agg(cr: ConflictResolution) -> Aggregation {
 fn prefix_names_every_tool_and_sorts() {
     let a = [tool("echo", "a"), tool("add", "b")];
     let b = [tool("echo", "c")];
-    let listings = [Listing { backend: "zeta", tools: &a }, Listing { backend: "alpha", tools: &b }];
+    let listings =
+        [Listing { backend: "zeta", tools: &a, server: None }, Listing { backend: "alpha", tools: &b, server: None }];
     let (c, clashes) = Catalog::resolve(&listings, &agg(ConflictResolution::Prefix));
     assert!(clashes.is_empty());
     assert_eq!(names(&c), vec!["alpha_echo", "zeta_add", "zeta_echo"]);
@@ -37,7 +38,7 @@ fn prefix_format_is_configurable() {
     let a = [tool("echo", "a")];
     let mut g = agg(ConflictResolution::Prefix);
     g.prefix_format = "{backend}.".into();
-    let (c, _) = Catalog::resolve(&[Listing { backend: "x", tools: &a }], &g);
+    let (c, _) = Catalog::resolve(&[Listing { backend: "x", tools: &a, server: None }], &g);
     assert_eq!(names(&c), vec!["x.echo"]);
 }
 
@@ -45,7 +46,8 @@ fn prefix_format_is_configurable() {
 fn priority_keeps_first_listed_backend() {
     let a = [tool("echo", "from first")];
     let b = [tool("echo", "from second"), tool("other", "o")];
-    let listings = [Listing { backend: "first", tools: &a }, Listing { backend: "second", tools: &b }];
+    let listings =
+        [Listing { backend: "first", tools: &a, server: None }, Listing { backend: "second", tools: &b, server: None }];
     let (c, clashes) = Catalog::resolve(&listings, &agg(ConflictResolution::Priority));
     assert!(clashes.is_empty());
     assert_eq!(names(&c), vec!["echo", "other"]);
@@ -56,7 +58,8 @@ fn priority_keeps_first_listed_backend() {
 fn manual_reports_clash_naming_both_tools_until_overridden() {
     let a = [tool("echo", "a")];
     let b = [tool("echo", "b")];
-    let listings = [Listing { backend: "one", tools: &a }, Listing { backend: "two", tools: &b }];
+    let listings =
+        [Listing { backend: "one", tools: &a, server: None }, Listing { backend: "two", tools: &b, server: None }];
     let (_, clashes) = Catalog::resolve(&listings, &agg(ConflictResolution::Manual));
     assert_eq!(clashes.len(), 1);
     let msg = clashes[0].to_string();
@@ -89,7 +92,7 @@ fn filter_and_overrides_apply_before_prefixing() {
             )]),
         },
     );
-    let (c, _) = Catalog::resolve(&[Listing { backend: "github", tools: &a }], &g);
+    let (c, _) = Catalog::resolve(&[Listing { backend: "github", tools: &a, server: None }], &g);
     assert_eq!(names(&c), vec!["github_new_issue"]);
     let t = &c.tools()[0];
     assert_eq!(t.tool.description.as_deref(), Some("Open an issue"));

@@ -53,12 +53,27 @@ pub fn name_description_text(tool: &Tool) -> String {
     format!("name: {} description: {}", tool.name, tool.description.as_deref().unwrap_or_default())
 }
 
-/// The text of a tool that both search arms index.
-pub fn search_text(tool: &Tool) -> String {
-    let mut s = split_identifier(&tool.name).join(" ");
+/// The text of a tool that both search arms index. `server` is the label of the server that
+/// offers it ([`server_label`]); it is added unless the name already says it.
+pub fn search_text(tool: &Tool, server: Option<&str>) -> String {
+    let name_words = split_identifier(&tool.name);
+    let mut s = name_words.join(" ");
+    if let Some(title) = tool.title.as_deref().map(str::trim).filter(|t| !t.is_empty())
+        && !covered(title, &tool.name)
+    {
+        s.push_str(", ");
+        s.push_str(title);
+    }
     s.push_str(": ");
     if let Some(d) = tool.description.as_deref() {
         s.push_str(d.trim());
+    }
+    if let Some(server) = server.map(str::trim).filter(|l| !l.is_empty())
+        && !covered(server, &tool.name)
+    {
+        s.push_str(" (");
+        s.push_str(server);
+        s.push(')');
     }
     let props = schema_properties(tool);
     if !props.is_empty() {
@@ -73,6 +88,28 @@ pub fn search_text(tool: &Tool) -> String {
         s.push_str(&parts.join(", "));
     }
     s
+}
+
+/// Whether every word of `extra` is already in `name`, case and separators aside (`GitHub` is
+/// in `github_create_issue`).
+fn covered(extra: &str, name: &str) -> bool {
+    let compact = |s: &str| s.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect::<String>();
+    let name = compact(name);
+    extra.split_whitespace().map(compact).filter(|w| !w.is_empty()).all(|w| name.contains(&w))
+}
+
+/// Words of a server's name that say nothing of what it does.
+const SERVER_NOISE: &[&str] = &["mcp", "server", "srv", "model", "context", "protocol"];
+
+/// The label of a server for its tools' search text: its `serverInfo` title, else its name,
+/// without the words every server name carries (`mcp`, `server`); `None` when nothing is left.
+pub fn server_label(title: Option<&str>, name: &str) -> Option<String> {
+    let raw = title.map(str::trim).filter(|t| !t.is_empty()).unwrap_or(name);
+    let kept: Vec<&str> = raw
+        .split(|c: char| c.is_whitespace() || c == '-' || c == '_' || c == '/' || c == '@')
+        .filter(|w| !w.is_empty() && !SERVER_NOISE.contains(&w.to_lowercase().as_str()))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(" "))
 }
 
 /// The keyword arm's document: the search text with the name's words once more, so a request
@@ -190,6 +227,47 @@ pub fn mostly_non_latin(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tool(name: &str, title: Option<&str>, description: &str) -> Tool {
+        let schema = serde_json::json!({"type": "object", "properties": {"q": {"type": "string", "description": "Search words"}}});
+        let mut t = Tool::new(
+            name.to_string(),
+            description.to_string(),
+            std::sync::Arc::new(schema.as_object().cloned().unwrap()),
+        );
+        t.title = title.map(str::to_string);
+        t
+    }
+
+    #[test]
+    fn server_and_title_join_the_text_unless_the_name_says_them() {
+        let plain = tool("search", None, "Search for items.");
+        assert_eq!(search_text(&plain, None), "search: Search for items. Parameters: q (Search words)");
+        assert_eq!(
+            search_text(&plain, Some("Spotify Web API")),
+            "search: Search for items. (Spotify Web API) Parameters: q (Search words)"
+        );
+        // The prefixed name already carries the server: nothing is repeated.
+        let prefixed = tool("github_search", Some("Search GitHub"), "Search for items.");
+        assert_eq!(
+            search_text(&prefixed, Some("GitHub")),
+            "github search: Search for items. Parameters: q (Search words)"
+        );
+        let titled = tool("q1", Some("Look up flights"), "Search for items.");
+        assert!(
+            search_text(&titled, None).starts_with("q 1, Look up flights: Search"),
+            "{}",
+            search_text(&titled, None)
+        );
+    }
+
+    #[test]
+    fn server_labels_drop_what_every_server_name_says() {
+        assert_eq!(server_label(Some("GitHub MCP Server"), "github-mcp-server").as_deref(), Some("GitHub"));
+        assert_eq!(server_label(None, "mcp-server-fetch").as_deref(), Some("fetch"));
+        assert_eq!(server_label(Some("  "), "@acme/jira-mcp").as_deref(), Some("acme jira"));
+        assert_eq!(server_label(None, "mcp-server"), None);
+    }
 
     #[test]
     fn splits_every_identifier_style_alike() {

@@ -19,6 +19,8 @@ const CATALOG: &str = include_str!("catalog.txt");
 #[derive(Debug, Clone)]
 pub struct DemoBackend {
     pub name: String,
+    /// The server's `serverInfo.title`, if any (the catalog format has none; tests set it).
+    pub title: Option<String>,
     pub description: String,
     pub tools: Vec<Tool>,
     /// How long every `tools/list` takes (a slow server, for tests of start-up and health).
@@ -68,6 +70,7 @@ pub fn parse(text: &str) -> Result<Vec<DemoBackend>, String> {
                 rest.split_once('|').ok_or(format!("line {}: backend needs `| description`", i + 1))?;
             out.push(DemoBackend {
                 name: name.trim().into(),
+                title: None,
                 description: description.trim().into(),
                 tools: Vec::new(),
                 list_delay: std::time::Duration::ZERO,

@@ -23,6 +23,7 @@ use super::DemoBackend;
 
 struct Shared {
     name: String,
+    title: Option<String>,
     description: String,
     /// Grows when `add_tool` is called; shared by every session of this server.
     tools: Mutex<Vec<Tool>>,
@@ -53,6 +54,7 @@ impl DemoServer {
         Self {
             shared: Arc::new(Shared {
                 name: backend.name,
+                title: backend.title,
                 description: backend.description,
                 tools: Mutex::new(backend.tools),
                 peers: Mutex::new(Vec::new()),
@@ -101,7 +103,14 @@ impl ServerHandler for DemoServer {
                 .enable_logging()
                 .build(),
         )
-        .with_server_info(Implementation::new(format!("demo-{}", self.shared.name), env!("CARGO_PKG_VERSION")))
+        .with_server_info({
+            let info = Implementation::new(self.shared.name.clone(), env!("CARGO_PKG_VERSION"))
+                .with_description(self.shared.description.clone());
+            match &self.shared.title {
+                Some(t) => info.with_title(t.clone()),
+                None => info,
+            }
+        })
         .with_instructions(self.shared.description.clone())
     }
 

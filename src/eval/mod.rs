@@ -11,6 +11,7 @@ use rmcp::model::Tool;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::catalog::text::server_label;
 use crate::catalog::{Catalog, CatalogTool, ToolKey};
 use crate::embed::Embedder;
 use crate::embed::cache::{VectorCache, default_dir};
@@ -27,6 +28,15 @@ struct EvalTool {
     name: String,
     description: String,
     input_schema: Option<Value>,
+    /// The server offering the tool, where the source has one (see eval/derive_servers.py).
+    server: Option<EvalServer>,
+}
+
+/// A server as its `initialize` answer describes it.
+#[derive(Deserialize)]
+struct EvalServer {
+    name: String,
+    title: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -125,8 +135,9 @@ pub fn catalog_with(tools: &Path, form: TextForm) -> anyhow::Result<Catalog> {
                 .and_then(|s| s.as_object().cloned())
                 .unwrap_or_else(|| json!({"type": "object"}).as_object().cloned().unwrap_or_default());
             let tool = Tool::new(t.name.clone(), t.description, Arc::new(schema));
-            let mut t =
-                CatalogTool::new(ToolKey { backend: Arc::from("eval"), tool: Arc::from(t.name.as_str()) }, tool);
+            let server = t.server.as_ref().and_then(|s| server_label(s.title.as_deref(), &s.name));
+            let key = ToolKey { backend: Arc::from("eval"), tool: Arc::from(t.name.as_str()) };
+            let mut t = CatalogTool::new(key, tool, server.as_deref());
             if form == TextForm::NameDescription {
                 t.text = crate::catalog::text::name_description_text(&t.tool);
             }

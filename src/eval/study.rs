@@ -562,6 +562,8 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
         ("convex z-score + clauses", zclauses),
         ("convex z-score + clauses, keyword index chosen", zkeyword),
         ("convex z-score + clauses, literals dropped", zclean),
+        ("convex z-score + clauses, arm depth, exact fill-in, adaptive weight", arm_options),
+        ("convex z-score + clauses, two vectors per tool", two_vectors),
         (
             "find_tool now: z-score 0.5, name ×2, clauses max × 0.8",
             vec![Variant {
@@ -574,8 +576,6 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                 second: None,
             }],
         ),
-        ("convex z-score + clauses, arm depth, exact fill-in, adaptive weight", arm_options),
-        ("convex z-score + clauses, two vectors per tool", two_vectors),
     ]
 }
 

@@ -299,7 +299,10 @@ mod tests {
         let a = [Tool::new("echo", "Echo", schema.clone()), Tool::new("add", "Add", schema.clone())];
         let b = [Tool::new("echo", "Echo", schema)];
         let (catalog, _) = Catalog::resolve(
-            &[Listing { backend: "stable", tools: &a }, Listing { backend: "unstable", tools: &b }],
+            &[
+                Listing { backend: "stable", tools: &a, server: None },
+                Listing { backend: "unstable", tools: &b, server: None },
+            ],
             &Aggregation::default(),
         );
         Arc::new(Generation::keyword_only(catalog))

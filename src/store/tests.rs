@@ -21,7 +21,7 @@ fn catalog() -> Catalog {
         tool("create_pull_request", "Open a pull request on a repository"),
         tool("send_message", "Post a message to a chat channel"),
     ];
-    Catalog::resolve(&[Listing { backend: "demo", tools: &tools }], &Aggregation::default()).0
+    Catalog::resolve(&[Listing { backend: "demo", tools: &tools, server: None }], &Aggregation::default()).0
 }
 
 struct Failing;

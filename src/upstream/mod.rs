@@ -43,6 +43,7 @@ use rmcp::{ClientServiceExt, ErrorData};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::text::server_label;
 use crate::config::{BackendConfig, Protocol, SessionMode, Transport};
 
 pub use client::UpstreamClient;
@@ -57,6 +58,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// What a backend offers, as last listed.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
+    /// The server's label for search text: its `serverInfo` title or name ([`server_label`]).
+    pub server: Option<String>,
     pub tools: Vec<Tool>,
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
@@ -687,7 +690,10 @@ impl Backend {
 }
 
 async fn list_everything(peer: &Peer<RoleClient>) -> anyhow::Result<Listing> {
-    let caps = peer.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
+    let info = peer.peer_info();
+    let caps = info.as_ref().map(|i| i.capabilities.clone()).unwrap_or_default();
+    let server =
+        info.as_ref().and_then(|i| i.server_info.as_ref()).and_then(|s| server_label(s.title.as_deref(), &s.name));
     let tools = if caps.tools.is_some() { peer.list_all_tools().await? } else { Vec::new() };
     let (mut resources, mut templates, mut prompts) = (Vec::new(), Vec::new(), Vec::new());
     if caps.resources.is_some() {
@@ -703,7 +709,7 @@ async fn list_everything(peer: &Peer<RoleClient>) -> anyhow::Result<Listing> {
             Vec::new()
         });
     }
-    Ok(Listing { tools, resources, templates, prompts })
+    Ok(Listing { server, tools, resources, templates, prompts })
 }
 
 /// A client's W3C trace context (SEP-414), carried to the backend in the request's `_meta`.

@@ -94,7 +94,7 @@ async fn nothing_reaches_outside_the_callers_policy() {
             })
             .collect();
         let views: Vec<Listing<'_>> =
-            names.iter().zip(&listings).map(|(n, tools)| Listing { backend: n, tools }).collect();
+            names.iter().zip(&listings).map(|(n, tools)| Listing { backend: n, tools, server: None }).collect();
         let (catalog, _) = Catalog::resolve(&views, &Default::default());
         let rules: Vec<PolicyRule> =
             (0..rng.random_range(1..=5)).map(|_| random_rule(&mut rng, &backend_names)).collect();

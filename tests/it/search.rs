@@ -88,6 +88,39 @@ async fn the_reference_quality_queries_rank_within_the_top_8() {
     app.shutdown().await;
 }
 
+/// Two servers offer the same tool under names that say nothing of them (`b1_search`,
+/// `b2_search`, one description); only their `serverInfo` titles differ. find_tool tells them
+/// apart by the title.
+#[tokio::test]
+async fn find_tool_reads_the_servers_title() {
+    let text = "== b1 | A server\nsearch | Search for items by keyword. | query*: Words to look for\n\
+        == b2 | A server\nsearch | Search for items by keyword. | query*: Words to look for\n";
+    let mut toml = format!("[server]\nlisten = \"127.0.0.1:0\"\n[optimizer]\ncache_dir = \"{}\"\n", shared_cache_dir());
+    let mut servers = Vec::new();
+    for (mut b, title) in
+        toolmux::demo::parse(text).unwrap().into_iter().zip(["Jira issue tracker", "Spotify music library"])
+    {
+        b.title = Some(title.to_string());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let ct = tokio_util::sync::CancellationToken::new();
+        toml.push_str(&http_backend_toml(&b.name, &url));
+        tokio::spawn(toolmux::demo::serve_http(b, listener, ct.clone()));
+        servers.push(ct.drop_guard());
+    }
+    let app = App::start(Config::parse(&toml).unwrap(), with_model()).await.unwrap();
+    assert!(app.ready(Duration::from_secs(120)).await);
+    let (c, _) = client(&app).await;
+    for (request, want) in
+        [("find a song in my music library", "b2_search"), ("look up a bug ticket in the issue tracker", "b1_search")]
+    {
+        let names = found(&call(&c, "find_tool", json!({"tool_description": request})).await);
+        assert_eq!(names.first().map(String::as_str), Some(want), "{request:?} → {names:?}");
+    }
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
 /// Every answer says how well it matched: `good` with per-tool scores for a request the demo
 /// catalog serves, a flag (`weak`/`none`) and a plain note for one it cannot ("book a flight to
 /// Paris" only finds calendar tools) and for a request in a script the model cannot read; the
