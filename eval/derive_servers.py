@@ -12,7 +12,8 @@ Rule (mechanical, no query or label is touched): a description with a phrase
 whose capitalised words are not only "RapidAPI"/"Toolbench" loses that phrase, and the tool gets
 `"server": {"name": <slug>, "title": <the phrase's name>}`. Other tools are unchanged.
 
-Writes, under eval/data/derived/ (not committed; rerun to regenerate):
+Writes, under eval/data/derived/ (not committed; rerun to regenerate) or the folder given as the
+first argument:
   apigen-servers/   tools with the `server` record
   apigen-stripped/  the same tools without it (what a server-blind index sees)
   apigen-inline/    the original descriptions (the service named in every tool)
@@ -22,6 +23,7 @@ each with queries.dev.jsonl = the dev queries at least one of whose gold tools h
 import json
 import pathlib
 import re
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent / "data"
 SOURCE = ROOT / "toolret-apigen"
@@ -39,6 +41,7 @@ def slug(title: str) -> str:
 
 
 def main() -> None:
+    out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else OUT
     tools = [json.loads(line) for line in (SOURCE / "tools.jsonl").open()]
     queries = [json.loads(line) for line in (SOURCE / "queries.dev.jsonl").open()]
     with_server, stripped = [], []
@@ -58,7 +61,7 @@ def main() -> None:
         with_server.append(dict(bare, server={"name": slug(title), "title": title}))
     kept = [q for q in queries if any(g in served for g in q["gold"])]
     for name, rows in [("apigen-servers", with_server), ("apigen-stripped", stripped), ("apigen-inline", tools)]:
-        folder = OUT / name
+        folder = out / name
         folder.mkdir(parents=True, exist_ok=True)
         with (folder / "tools.jsonl").open("w") as f:
             for row in rows:
@@ -66,7 +69,7 @@ def main() -> None:
         with (folder / "queries.dev.jsonl").open("w") as f:
             for q in kept:
                 f.write(json.dumps(q, ensure_ascii=False) + "\n")
-    print(f"{len(served)} of {len(tools)} tools got a server; {len(kept)} of {len(queries)} queries kept; wrote {OUT}")
+    print(f"{len(served)} of {len(tools)} tools got a server; {len(kept)} of {len(queries)} queries kept; wrote {out}")
 
 
 if __name__ == "__main__":
