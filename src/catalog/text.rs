@@ -58,11 +58,11 @@ pub fn name_description_text(tool: &Tool) -> String {
 pub fn search_text(tool: &Tool, server: Option<&str>) -> String {
     let name_words = split_identifier(&tool.name);
     let mut s = name_words.join(" ");
-    if let Some(title) = tool.title.as_deref().map(str::trim).filter(|t| !t.is_empty())
-        && !covered(title, &tool.name)
+    if let Some(title) = tool.title.as_deref().map(|t| first_words(t, LABEL_WORDS)).filter(|t| !t.is_empty())
+        && !covered(&title, &tool.name)
     {
         s.push_str(", ");
-        s.push_str(title);
+        s.push_str(&title);
     }
     s.push_str(": ");
     if let Some(d) = tool.description.as_deref() {
@@ -98,16 +98,26 @@ fn covered(extra: &str, name: &str) -> bool {
     extra.split_whitespace().map(compact).filter(|w| !w.is_empty()).all(|w| name.contains(&w))
 }
 
+/// How many words of a tool's title or a server's label are indexed: a label names, it does not
+/// describe, and a server cannot make every tool's text long by sending a long title.
+const LABEL_WORDS: usize = 8;
+
+fn first_words(text: &str, n: usize) -> String {
+    text.split_whitespace().take(n).collect::<Vec<_>>().join(" ")
+}
+
 /// Words of a server's name that say nothing of what it does.
 const SERVER_NOISE: &[&str] = &["mcp", "server", "srv", "model", "context", "protocol"];
 
 /// The label of a server for its tools' search text: its `serverInfo` title, else its name,
-/// without the words every server name carries (`mcp`, `server`); `None` when nothing is left.
+/// without the words every server name carries (`mcp`, `server`), at most [`LABEL_WORDS`] words;
+/// `None` when nothing is left.
 pub fn server_label(title: Option<&str>, name: &str) -> Option<String> {
     let raw = title.map(str::trim).filter(|t| !t.is_empty()).unwrap_or(name);
     let kept: Vec<&str> = raw
         .split(|c: char| c.is_whitespace() || c == '-' || c == '_' || c == '/' || c == '@')
         .filter(|w| !w.is_empty() && !SERVER_NOISE.contains(&w.to_lowercase().as_str()))
+        .take(LABEL_WORDS)
         .collect();
     (!kept.is_empty()).then(|| kept.join(" "))
 }
@@ -267,6 +277,8 @@ mod tests {
         assert_eq!(server_label(None, "mcp-server-fetch").as_deref(), Some("fetch"));
         assert_eq!(server_label(Some("  "), "@acme/jira-mcp").as_deref(), Some("acme jira"));
         assert_eq!(server_label(None, "mcp-server"), None);
+        let long = "word ".repeat(10_000);
+        assert_eq!(server_label(Some(&long), "x").unwrap().split(' ').count(), LABEL_WORDS, "a label is kept short");
     }
 
     #[test]
