@@ -47,6 +47,8 @@ struct StudySet {
     /// Keyword indexes other than find_tool's, by [`KEYWORD_VARIANTS`] position (0 is find_tool's).
     keyword: Vec<Bm25Index>,
     queries: Vec<StudyQuery>,
+    /// Each tool's keyword terms (find_tool's keyword document), by slot.
+    doc_terms: Vec<Vec<String>>,
     /// The same tools indexed by the model under each [`SecondText`] (by its position).
     second: Vec<Arc<Generation>>,
 }
@@ -65,6 +67,9 @@ struct Variant {
     clean: bool,
     /// How each arm's list is cut and scored before the convex fusion.
     arms: ArmOptions,
+    /// Pseudo-relevance feedback on the keyword arm: (top `m` fused tools, `e` expansion terms
+    /// from them, each weighted `w` against the request's own).
+    kfeedback: Option<(usize, usize, f32)>,
     /// A second vector per tool: its text, and the weight of its cosine in the dense score
     /// (`(1 − w) · cos(full text) + w · cos(second)`; `None` = the larger of the two).
     second: Option<(SecondText, Option<f32>)>,
@@ -129,6 +134,9 @@ impl std::fmt::Display for Variant {
         if self.clean {
             write!(f, ", literals dropped")?;
         }
+        if let Some((m, e, w)) = self.kfeedback {
+            write!(f, ", keyword feedback {e} terms of top {m} × {w}")?;
+        }
         match self.second {
             Some((text, Some(w))) => write!(f, ", {text:?} vector × {w}")?,
             Some((text, None)) => write!(f, ", max with {text:?} vector")?,
@@ -185,6 +193,25 @@ fn rank(set: &StudySet, q: &StudyQuery, v: &Variant, allow: &AllowList) -> Vec<u
         } else {
             fusion::fuse(v.fusion, &dense, &keyword, DEPTH)
         };
+        if let Some((m, e, w)) = v.kfeedback {
+            let index = &set.keyword[v.keyword];
+            let mut gain: HashMap<&str, f32> = HashMap::new();
+            for h in fused.iter().take(m) {
+                let doc = &set.doc_terms[h.slot as usize];
+                for term in doc {
+                    *gain.entry(term.as_str()).or_default() += index.idf(term) / doc.len().max(1) as f32;
+                }
+            }
+            let mut extra: Vec<(&str, f32)> =
+                gain.into_iter().filter(|(term, _)| !t.iter().any(|q| q == term)).collect();
+            extra.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+            let mut seen = HashSet::new();
+            let mut query: Vec<(&str, f32)> =
+                t.iter().filter(|q| seen.insert(q.as_str())).map(|q| (q.as_str(), 1.0)).collect();
+            query.extend(extra.into_iter().take(e).map(|(term, _)| (term, w)));
+            let keyword = index.search_weighted(&query, allow, DEPTH);
+            fused = fusion::fuse(v.fusion, &dense, &keyword, DEPTH);
+        }
         if let (Some((beta, m)), Some(d)) = (v.feedback, &g.dense) {
             let mut moved = vector.to_vec();
             let top: Vec<_> = fused.iter().take(m).collect();
@@ -412,7 +439,13 @@ async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path
         c = crate::catalog::Catalog::from_tools(tools);
         second.push(store.rebuild(c).await);
     }
-    Ok(StudySet { name, generation, keyword, queries, second })
+    let doc_terms = generation
+        .catalog
+        .tools()
+        .iter()
+        .map(|t| terms(&crate::catalog::text::keyword_text(&t.text, t.name())))
+        .collect();
+    Ok(StudySet { name, generation, keyword, queries, second, doc_terms })
 }
 
 /// The families compared, each a grid of variants.
@@ -425,6 +458,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
         clean: false,
         arms: FIND_TOOL_ARMS,
         second: None,
+        kfeedback: None,
     };
     let weights: Vec<f32> = (2..=8).map(|i| i as f32 / 10.0).collect();
     let mut rrf = Vec::new();
@@ -447,6 +481,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: false,
                     arms: FIND_TOOL_ARMS,
                     second: None,
+                    kfeedback: None,
                 });
             }
         }
@@ -463,6 +498,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: false,
                     arms: FIND_TOOL_ARMS,
                     second: None,
+                    kfeedback: None,
                 });
             }
         }
@@ -482,6 +518,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: false,
                     arms: FIND_TOOL_ARMS,
                     second: None,
+                    kfeedback: None,
                 });
             }
         }
@@ -497,6 +534,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                 clean: false,
                 arms: FIND_TOOL_ARMS,
                 second: None,
+                kfeedback: None,
             });
         }
     }
@@ -512,6 +550,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: true,
                     arms: FIND_TOOL_ARMS,
                     second: None,
+                    kfeedback: None,
                 });
             }
         }
@@ -528,6 +567,24 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: false,
                     arms: FIND_TOOL_ARMS,
                     second: Some((text, weight)),
+                    kfeedback: None,
+                });
+            }
+        }
+    }
+    let mut keyword_feedback = Vec::new();
+    for w in [0.5f32, 0.6] {
+        for (m, e) in [(1, 5), (3, 5), (3, 10), (5, 10)] {
+            for fw in [0.2f32, 0.4] {
+                keyword_feedback.push(Variant {
+                    fusion: Fusion::Convex { norm: Normalise::ZScore, dense: w },
+                    feedback: None,
+                    clauses: Some(Combine::Max(0.8)),
+                    keyword: 1,
+                    clean: false,
+                    arms: FIND_TOOL_ARMS,
+                    second: None,
+                    kfeedback: Some((m, e, fw)),
                 });
             }
         }
@@ -545,6 +602,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                         clean: false,
                         arms: ArmOptions { depth, fill, adaptive },
                         second: None,
+                        kfeedback: None,
                     });
                 }
             }
@@ -564,6 +622,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
         ("convex z-score + clauses, literals dropped", zclean),
         ("convex z-score + clauses, arm depth, exact fill-in, adaptive weight", arm_options),
         ("convex z-score + clauses, two vectors per tool", two_vectors),
+        ("convex z-score + clauses, keyword feedback", keyword_feedback),
         (
             "find_tool now: z-score 0.5, name ×2, clauses max × 0.8",
             vec![Variant {
@@ -574,6 +633,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                 clean: false,
                 arms: FIND_TOOL_ARMS,
                 second: None,
+                kfeedback: None,
             }],
         ),
     ]

@@ -157,16 +157,18 @@ impl Bm25Index {
 
     /// The `k` best allowed slots for the query terms; slots matching no term are not returned.
     pub fn search(&self, query_terms: &[String], allow: &AllowList, k: usize) -> Vec<Hit> {
-        let n = self.doc_len.len() as f32;
-        let mut scores: HashMap<Slot, f32> = HashMap::new();
         let mut seen = std::collections::HashSet::new();
-        for t in query_terms {
-            if !seen.insert(t) {
-                continue;
-            }
+        let weighted: Vec<(&str, f32)> =
+            query_terms.iter().filter(|t| seen.insert(t.as_str())).map(|t| (t.as_str(), 1.0)).collect();
+        self.search_weighted(&weighted, allow, k)
+    }
+
+    /// As [`Bm25Index::search`], each term's contribution scaled by its weight.
+    pub fn search_weighted(&self, query: &[(&str, f32)], allow: &AllowList, k: usize) -> Vec<Hit> {
+        let mut scores: HashMap<Slot, f32> = HashMap::new();
+        for &(t, weight) in query {
             let Some(list) = self.postings.get(t) else { continue };
-            let df = list.len() as f32;
-            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            let idf = self.idf(t);
             for &(slot, tf) in list {
                 if !allow.contains(slot) {
                     continue;
@@ -175,10 +177,17 @@ impl Bm25Index {
                 let len = self.doc_len[slot as usize] as f32;
                 let (k1, b) = (self.k1, self.b);
                 let s = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * len / self.avg_len));
-                *scores.entry(slot).or_default() += s;
+                *scores.entry(slot).or_default() += weight * s;
             }
         }
         top_k(scores.into_iter().map(|(slot, score)| Hit { slot, score }).collect(), k)
+    }
+
+    /// How rare a term is in the indexed documents (0 for one that is in none).
+    pub fn idf(&self, term: &str) -> f32 {
+        let Some(list) = self.postings.get(term) else { return 0.0 };
+        let (n, df) = (self.doc_len.len() as f32, list.len() as f32);
+        ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
     }
 }
 
@@ -200,6 +209,18 @@ mod tests {
         assert_eq!(hits.len(), 2, "the chat tool matches no term");
         let hits = idx.search(&q, &AllowList::from_slots(3, [1, 2]), 10);
         assert_eq!(hits.iter().map(|h| h.slot).collect::<Vec<_>>(), vec![2]);
+    }
+
+    #[test]
+    fn weighted_terms_scale_their_contribution() {
+        let idx = Bm25Index::build(["send message: Post a chat message", "create pull request: Open a pull request"]);
+        let all = AllowList::all(2);
+        let plain = idx.search(&terms("chat pull"), &all, 2);
+        let weighted = idx.search_weighted(&[("chat", 1.0), ("pull", 0.25)], &all, 2);
+        assert_eq!(weighted[0].slot, 0, "{weighted:?}");
+        let score = |hits: &[Hit], slot| hits.iter().find(|h| h.slot == slot).map(|h| h.score).unwrap();
+        assert!((score(&weighted, 1) - 0.25 * score(&plain, 1)).abs() < 1e-5);
+        assert_eq!(idx.idf("absent"), 0.0);
     }
 
     #[test]
