@@ -11,8 +11,10 @@ scripts/redis.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 # The optional OpenTelemetry export builds and lints too.
-cargo clippy --bin toolmux --features otlp --locked -- -D warnings
+cargo clippy --all-targets --features otlp --locked -- -D warnings
 cargo test --locked
+# ... and its traces reach a collector (tests/it/otlp.rs, compiled only with the feature).
+cargo test --locked --features otlp --test it otlp::
 # The official MCP SDK clients (Python and TypeScript, installed pinned on first use).
 tests/sdk/run.sh
 # The official MCP conformance suite through toolmux (installs Node 22 and the suite from npm).

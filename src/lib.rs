@@ -38,4 +38,5 @@ pub mod metrics;
 pub mod session;
 pub mod simd;
 pub mod store;
+pub mod telemetry;
 pub mod upstream;

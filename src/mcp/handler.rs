@@ -284,11 +284,13 @@ impl GatewayHandler {
     async fn measured<T>(
         &self,
         method: &'static str,
+        context: &RequestContext<RoleServer>,
         handling: impl std::future::Future<Output = Result<T, ErrorData>>,
     ) -> Result<T, ErrorData> {
         use tracing::Instrument;
         let session = self.session.get().map(|s| s.id);
         let span = tracing::info_span!("mcp_request", method, session, tool = tracing::field::Empty);
+        crate::telemetry::adopt(&span, &crate::upstream::Trace::of(context));
         async move {
             let at = std::time::Instant::now();
             let result = handling.await;
@@ -637,7 +639,7 @@ impl ServerHandler for GatewayHandler {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
-        self.measured("initialize", async {
+        self.measured("initialize", &context, async {
             context.peer.set_peer_info(request.clone());
             let session = self.gw.open_session(self.caller_of(&context), Some(context.peer.clone()));
             let _ = self.session.set(session.clone());
@@ -656,7 +658,7 @@ impl ServerHandler for GatewayHandler {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.measured("tools/list", async {
+        self.measured("tools/list", &context, async {
             let tools = match self.gw.mode {
                 Mode::Optimizer => vec![meta::find_tool(self.gw.find_tool_description.as_deref()), meta::call_tool()],
                 Mode::Passthrough => self.snapshot(&context).tools().map(|t| t.tool.clone()).collect(),
@@ -671,7 +673,7 @@ impl ServerHandler for GatewayHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.measured("tools/call", async {
+        self.measured("tools/call", &context, async {
         let snap = self.snapshot(&context);
         let result = match self.gw.mode {
             Mode::Passthrough => {
@@ -710,7 +712,7 @@ impl ServerHandler for GatewayHandler {
         request: SetLevelRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.measured("logging/setLevel", async {
+        self.measured("logging/setLevel", &context, async {
             let Some(session) = self.session.get() else { return Ok(()) };
             self.apply_level(session, request.level).await;
             if let Some(name) = level_name(request.level) {
@@ -726,7 +728,7 @@ impl ServerHandler for GatewayHandler {
         mut request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.measured("completion/complete", async {
+        self.measured("completion/complete", &context, async {
             let caller = self.caller(&context);
             let owner = match &mut request.r#ref {
                 Reference::Prompt(p) => {
@@ -752,7 +754,7 @@ impl ServerHandler for GatewayHandler {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.measured("resources/subscribe", async {
+        self.measured("resources/subscribe", &context, async {
             let uri = request.uri.clone();
             self.subscribe_to(request, &self.caller(&context), &context).await?;
             self.record(&context, Change::Subscribed(uri)).await;
@@ -766,7 +768,7 @@ impl ServerHandler for GatewayHandler {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.measured("resources/unsubscribe", async {
+        self.measured("resources/unsubscribe", &context, async {
             self.record(&context, Change::Unsubscribed(request.uri.clone())).await;
             let Some(backend) = self.resource_owner(&self.caller(&context), &request.uri) else {
                 self.gw.relay.unsubscribe(&request.uri, &context.peer);
@@ -813,7 +815,7 @@ impl ServerHandler for GatewayHandler {
         _r: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.measured("resources/list", async {
+        self.measured("resources/list", &context, async {
             let caller = self.caller(&context);
             let out = self.merged(&caller, |l| &l.resources, |r| r.uri.clone());
             Ok(ListResourcesResult::with_all_items(out))
@@ -826,7 +828,7 @@ impl ServerHandler for GatewayHandler {
         _r: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.measured("resources/templates/list", async {
+        self.measured("resources/templates/list", &context, async {
             let caller = self.caller(&context);
             let out = self.merged(&caller, |l| &l.templates, |t| t.uri_template.clone());
             Ok(ListResourceTemplatesResult::with_all_items(out))
@@ -839,7 +841,7 @@ impl ServerHandler for GatewayHandler {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.measured("resources/read", async {
+        self.measured("resources/read", &context, async {
             let uri = request.uri.clone();
             let Some(backend) = self.resource_owner(&self.caller(&context), &uri) else {
                 return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
@@ -862,7 +864,7 @@ impl ServerHandler for GatewayHandler {
         _r: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.measured("prompts/list", async {
+        self.measured("prompts/list", &context, async {
             let prompts = self.prompts(&self.caller(&context));
             Ok(ListPromptsResult::with_all_items(prompts.into_iter().map(|(p, _, _)| p).collect()))
         })
@@ -874,7 +876,7 @@ impl ServerHandler for GatewayHandler {
         mut request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.measured("prompts/get", async {
+        self.measured("prompts/get", &context, async {
             let prompts = self.prompts(&self.caller(&context));
             let Some((_, backend, original)) = prompts.into_iter().find(|(p, _, _)| p.name == request.name) else {
                 return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));

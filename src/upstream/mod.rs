@@ -732,12 +732,18 @@ impl Trace {
         }
     }
 
+    /// Puts the trace context in a forwarded request's `_meta`: toolmux's own span when it is
+    /// exported (the `otlp` feature, [`crate::telemetry::current`]), else the client's as given.
     fn apply(&self, meta: &mut RequestMetaObject) {
-        if let Some(v) = &self.traceparent {
-            meta.set_traceparent(v.clone());
+        let (parent, state) = match crate::telemetry::current() {
+            Some((parent, state)) => (Some(parent), state),
+            None => (self.traceparent.clone(), self.tracestate.clone()),
+        };
+        if let Some(v) = parent {
+            meta.set_traceparent(v);
         }
-        if let Some(v) = &self.tracestate {
-            meta.set_tracestate(v.clone());
+        if let Some(v) = state {
+            meta.set_tracestate(v);
         }
         if let Some(v) = &self.baggage {
             meta.set_baggage(v.clone());

@@ -11,6 +11,8 @@ mod gateway;
 mod health;
 mod http;
 mod ops;
+#[cfg(feature = "otlp")]
+mod otlp;
 mod policy;
 mod quality;
 mod relay;
