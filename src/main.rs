@@ -249,7 +249,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                         }
                     });
                 };
-                toolmux::app::serve_stdio(config, stop, watch_signals).await?;
+                let reads = config_reads(Some(Reload { file, watch }))?;
+                toolmux::app::serve_stdio(config, stop, watch_signals, reads).await?;
                 return Ok(ExitCode::SUCCESS);
             }
             let path = config.server.path.clone();
@@ -336,42 +337,13 @@ async fn serve_until_signal(app: App, grace: Duration, reload: Option<Reload>) -
         return Ok(ExitCode::from(2));
     }
     {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hup = signal(SignalKind::hangup())?;
+        let mut reads = config_reads(reload)?;
         let stop = stop_signal();
         tokio::pin!(stop);
-        let mut seen = reload.as_ref().and_then(|r| std::fs::read(&r.file).ok());
-        let mut tick = tokio::time::interval(WATCH_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let forced = tokio::select! {
+            tokio::select! {
                 r = &mut stop => { r?; break }
-                _ = hup.recv() => true,
-                _ = tick.tick(), if reload.as_ref().is_some_and(|r| r.watch) => false,
-            };
-            let Some(r) = &reload else {
-                tracing::info!("SIGHUP ignored: this gateway has no configuration file");
-                continue;
-            };
-            let now = std::fs::read(&r.file).ok();
-            if !forced && now == seen {
-                continue;
-            }
-            seen = now;
-            // An invalid file is refused with check-config's errors; the running one stays.
-            match Config::load(&r.file) {
-                Ok(next) => {
-                    let done = app.reload(next).await;
-                    if done.needs_restart.is_empty() {
-                        tracing::info!("configuration reloaded: {done}");
-                    } else {
-                        tracing::warn!("configuration reloaded: {done}");
-                    }
-                }
-                Err(err) => {
-                    tracing::error!("configuration not reloaded, the running one stays: {err:#}");
-                    app.reload_refused(format!("{err:#}"));
-                }
+                Some(next) = reads.recv() => app.apply_reload(next).await,
             }
         }
     }
@@ -383,6 +355,41 @@ async fn serve_until_signal(app: App, grace: Duration, reload: Option<Reload>) -
     app.stop(grace).await;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reads the configuration file on SIGHUP and, with `--watch`, whenever its contents change;
+/// each read (a parsed configuration, or why it is not one) is sent to the serving loop. Without
+/// a file, a SIGHUP is logged and ignored rather than ending the process.
+fn config_reads(
+    reload: Option<Reload>,
+) -> std::io::Result<tokio::sync::mpsc::UnboundedReceiver<anyhow::Result<Config>>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup())?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut seen = reload.as_ref().and_then(|r| std::fs::read(&r.file).ok());
+        let mut tick = tokio::time::interval(WATCH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let forced = tokio::select! {
+                h = hup.recv() => { if h.is_none() { return } true }
+                _ = tick.tick(), if reload.as_ref().is_some_and(|r| r.watch) => false,
+            };
+            let Some(r) = &reload else {
+                tracing::info!("SIGHUP ignored: this gateway has no configuration file");
+                continue;
+            };
+            let now = std::fs::read(&r.file).ok();
+            if !forced && now == seen {
+                continue;
+            }
+            seen = now;
+            if tx.send(Config::load(&r.file).map_err(anyhow::Error::from)).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(rx)
 }
 
 /// Waits for SIGTERM (service managers, container runtimes) or SIGINT (Ctrl-C).

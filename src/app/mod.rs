@@ -337,6 +337,7 @@ pub async fn serve_stdio(
     config: Config,
     stop: CancellationToken,
     started: impl FnOnce(crate::upstream::children::Groups),
+    mut reloads: tokio::sync::mpsc::UnboundedReceiver<anyhow::Result<Config>>,
 ) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
     let grace = config.server.shutdown_grace;
@@ -347,14 +348,18 @@ pub async fn serve_stdio(
     let client = service.cancellation_token();
     let ended = service.waiting();
     tokio::pin!(ended);
-    tokio::select! {
-        _ = &mut ended => {}
-        _ = stop.cancelled() => {
-            app.gateway.begin_drain();
-            app.gateway.inflight.close();
-            let _ = tokio::time::timeout(grace, app.gateway.inflight.wait()).await;
-            client.cancel();
-            let _ = ended.await;
+    loop {
+        tokio::select! {
+            _ = &mut ended => break,
+            _ = stop.cancelled() => {
+                app.gateway.begin_drain();
+                app.gateway.inflight.close();
+                let _ = tokio::time::timeout(grace, app.gateway.inflight.wait()).await;
+                client.cancel();
+                let _ = ended.await;
+                break;
+            }
+            Some(next) = reloads.recv() => app.apply_reload(next).await,
         }
     }
     app.shutdown().await;

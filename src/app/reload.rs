@@ -157,6 +157,25 @@ impl App {
     }
 
     /// Records a reload refused because the new configuration is invalid.
+    /// Applies a configuration read for a reload (SIGHUP, `--watch`), or records why the file
+    /// was refused (the running configuration stays), and logs the outcome.
+    pub async fn apply_reload(&self, next: anyhow::Result<Config>) {
+        match next {
+            Ok(next) => {
+                let done = self.reload(next).await;
+                if done.needs_restart.is_empty() {
+                    tracing::info!("configuration reloaded: {done}");
+                } else {
+                    tracing::warn!("configuration reloaded: {done}");
+                }
+            }
+            Err(err) => {
+                tracing::error!("configuration not reloaded, the running one stays: {err:#}");
+                self.reload_refused(format!("{err:#}"));
+            }
+        }
+    }
+
     pub fn reload_refused(&self, why: String) {
         let mut log = self.gateway.reloads.lock().expect("reload log");
         log.last_error = Some(why);

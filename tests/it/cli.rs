@@ -101,3 +101,33 @@ async fn smoke_optimizer_over_stdio_finds_and_calls() {
     assert_eq!(text(&r), "smoke");
     c.cancel().await.unwrap();
 }
+
+/// `serve --stdio` reloads its configuration on SIGHUP as `serve` does: a backend added to the
+/// file while a client is connected over stdin/stdout is listed to that client.
+#[tokio::test]
+async fn serve_over_stdio_reloads_on_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    let base = "[server]\nmode = \"passthrough\"\n".to_string() + &stdio_backend_toml("kit", "testkit");
+    std::fs::write(&config, &base).unwrap();
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["serve", "--stdio", "--config", config.to_str().unwrap()]).stderr(Stdio::null());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let pid = transport.id().expect("the gateway runs");
+    let c = rmcp::ServiceExt::serve(Recorder::default(), transport).await.expect("stdio gateway answers");
+    let names =
+        || async { c.list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect::<Vec<_>>() };
+    assert!(eventually(Duration::from_secs(60), || async { names().await.contains(&"kit_echo".to_string()) }).await);
+    assert!(!names().await.iter().any(|n| n.starts_with("more_")), "not configured yet");
+
+    std::fs::write(&config, base + &stdio_backend_toml("more", "testkit")).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGHUP).unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || async { names().await.contains(&"more_echo".to_string()) }).await,
+        "the added backend is listed after SIGHUP: {:?}",
+        names().await
+    );
+    let r = call(&c, "more_echo", json!({"input": "after reload"})).await;
+    assert_eq!(text(&r), "after reload");
+    c.cancel().await.unwrap();
+}
