@@ -307,7 +307,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Eval { tools, queries, k, out, model_dir, text_form } => {
-            toolmux::eval::run(&tools, &queries, k, out.as_deref(), model_dir.as_deref(), text_form).await?;
+            let e =
+                toolmux::eval::evaluate(&tools, &queries, k, out.as_deref(), model_dir.as_deref(), text_form).await?;
+            toolmux::eval::print(&e);
             Ok(ExitCode::SUCCESS)
         }
     }

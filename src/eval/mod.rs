@@ -220,16 +220,8 @@ pub async fn evaluate(
     })
 }
 
-/// `toolmux eval`: [`evaluate`], printed as a table.
-pub async fn run(
-    tools: &Path,
-    queries: &Path,
-    k: usize,
-    out: Option<&Path>,
-    model_dir: Option<&Path>,
-    form: TextForm,
-) -> anyhow::Result<()> {
-    let e = evaluate(tools, queries, k, out, model_dir, form).await?;
+/// `toolmux eval`'s output: an [`Evaluation`] as a table.
+pub fn print(e: &Evaluation) {
     println!("{} tools, {} queries", e.tools, e.queries);
     println!("| ranking | R@1 | R@5 | R@8 | R@10 | MRR@10 | nDCG@10 | C@8 |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
@@ -239,7 +231,6 @@ pub async fn run(
             m.r1, m.r5, m.r8, m.r10, m.mrr10, m.ndcg10, m.c8
         );
     }
-    Ok(())
 }
 
 #[cfg(test)]
