@@ -109,6 +109,10 @@ enum Command {
         #[arg(long)]
         model_dir: Option<PathBuf>,
     },
+    /// Internal: ends the stdio backends' process groups a gateway leaves when it is killed
+    /// (started by `serve` and `demo`; reads the groups on stdin).
+    #[command(hide = true)]
+    Reap,
     /// Compare fusion variants across evaluation sets by cross-validation (docs/search.md).
     EvalStudy {
         /// A folder with tools.jsonl and queries.dev.jsonl; give two or more.
@@ -121,6 +125,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Reap = cli.command {
+        toolmux::upstream::children::reap(std::io::stdin().lock());
+        return ExitCode::SUCCESS;
+    }
+    if matches!(cli.command, Command::Serve { .. } | Command::Demo { .. }) {
+        // Without it the gateway runs as before; only a SIGKILL would leave children behind.
+        if let Err(err) = std::env::current_exe().and_then(|exe| toolmux::upstream::children::start_reaper(&exe)) {
+            eprintln!("toolmux: no reaper for stdio backends (a killed gateway may leave them running): {err}");
+        }
+    }
     let _traces = init_logging(cli.log_level.as_deref());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli.command)) {
@@ -302,6 +316,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             toolmux::eval::verdict::run(&sets, multilingual.as_deref(), model_dir.as_deref()).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Reap => Ok(ExitCode::SUCCESS),
         Command::EvalStudy { sets, model_dir } => {
             toolmux::eval::study::run(&sets, model_dir.as_deref()).await?;
             Ok(ExitCode::SUCCESS)

@@ -131,3 +131,32 @@ async fn serve_over_stdio_reloads_on_sighup() {
     assert_eq!(text(&r), "after reload");
     c.cancel().await.unwrap();
 }
+
+/// A gateway killed outright (SIGKILL) runs no stop, yet its stdio backends and what they started
+/// end: its reaper, told each process group, ends them when the gateway's end of the pipe closes.
+#[tokio::test]
+async fn a_killed_gateway_leaves_no_stdio_backend_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("grandchild.pid");
+    let script = format!("sleep 600 & echo $! > {}; exec {BIN} backend testkit --stdio", pidfile.display());
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n[[backends]]\nname = \"kit\"\ncommand = \"sh\"\nargs = [\"-c\", {}]\n",
+        serde_json::to_string(&script).unwrap()
+    );
+    let config = dir.path().join("toolmux.toml");
+    std::fs::write(&config, toml).unwrap();
+    let mut served = Served::start(&config).await;
+    let grandchild: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    let gone = |pid: i32| match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // Killed but not yet reaped by whoever adopted it.
+        Ok(stat) => stat.rsplit(") ").next().is_some_and(|rest| rest.starts_with('Z')),
+    };
+    assert!(!gone(grandchild), "the backend's own child runs");
+    served.signal(nix::sys::signal::Signal::SIGKILL);
+    served.child.wait().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || async { gone(grandchild) }).await,
+        "process {grandchild}, started by a stdio backend, outlived the killed gateway"
+    );
+}
