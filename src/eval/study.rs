@@ -69,7 +69,7 @@ struct Variant {
     arms: ArmOptions,
     /// Pseudo-relevance feedback on the keyword arm: (top `m` fused tools, `e` expansion terms
     /// from them, each weighted `w` against the request's own).
-    kfeedback: Option<(usize, usize, f32)>,
+    expansion: Option<(usize, usize, f32)>,
     /// A second vector per tool: its text, and the weight of its cosine in the dense score
     /// (`(1 − w) · cos(full text) + w · cos(second)`; `None` = the larger of the two).
     second: Option<(SecondText, Option<f32>)>,
@@ -135,7 +135,7 @@ impl std::fmt::Display for Variant {
         if self.clean {
             write!(f, ", literals dropped")?;
         }
-        if let Some((m, e, w)) = self.kfeedback {
+        if let Some((m, e, w)) = self.expansion {
             write!(f, ", keyword feedback {e} terms of top {m} × {w}")?;
         }
         match self.second {
@@ -194,7 +194,7 @@ fn rank(set: &StudySet, q: &StudyQuery, v: &Variant, allow: &AllowList) -> Vec<u
         } else {
             fusion::fuse(v.fusion, &dense, &keyword, DEPTH)
         };
-        if let Some((m, e, w)) = v.kfeedback {
+        if let Some((m, e, w)) = v.expansion {
             let index = &set.keyword[v.keyword];
             let mut gain: HashMap<&str, f32> = HashMap::new();
             for h in fused.iter().take(m) {
@@ -459,7 +459,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
         clean: false,
         arms: FIND_TOOL_ARMS,
         second: None,
-        kfeedback: None,
+        expansion: None,
     };
     let weights: Vec<f32> = (2..=8).map(|i| i as f32 / 10.0).collect();
     let mut rrf = Vec::new();
@@ -482,7 +482,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: false,
                     arms: FIND_TOOL_ARMS,
                     second: None,
-                    kfeedback: None,
+                    expansion: None,
                 });
             }
         }
@@ -499,7 +499,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: false,
                     arms: FIND_TOOL_ARMS,
                     second: None,
-                    kfeedback: None,
+                    expansion: None,
                 });
             }
         }
@@ -519,7 +519,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: false,
                     arms: FIND_TOOL_ARMS,
                     second: None,
-                    kfeedback: None,
+                    expansion: None,
                 });
             }
         }
@@ -535,7 +535,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                 clean: false,
                 arms: FIND_TOOL_ARMS,
                 second: None,
-                kfeedback: None,
+                expansion: None,
             });
         }
     }
@@ -551,7 +551,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: true,
                     arms: FIND_TOOL_ARMS,
                     second: None,
-                    kfeedback: None,
+                    expansion: None,
                 });
             }
         }
@@ -568,7 +568,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: false,
                     arms: FIND_TOOL_ARMS,
                     second: Some((text, weight)),
-                    kfeedback: None,
+                    expansion: None,
                 });
             }
         }
@@ -584,7 +584,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
             clean: false,
             arms: FIND_TOOL_ARMS,
             second: None,
-            kfeedback: None,
+            expansion: None,
         });
     }
     let mut keyword_feedback = Vec::new();
@@ -599,7 +599,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                     clean: false,
                     arms: FIND_TOOL_ARMS,
                     second: None,
-                    kfeedback: Some((m, e, fw)),
+                    expansion: Some((m, e, fw)),
                 });
             }
         }
@@ -617,7 +617,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                         clean: false,
                         arms: ArmOptions { depth, fill, adaptive },
                         second: None,
-                        kfeedback: None,
+                        expansion: None,
                     });
                 }
             }
@@ -649,7 +649,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
                 clean: false,
                 arms: FIND_TOOL_ARMS,
                 second: None,
-                kfeedback: None,
+                expansion: None,
             }],
         ),
     ]
