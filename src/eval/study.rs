@@ -449,18 +449,30 @@ async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path
     Ok(StudySet { name, generation, keyword, queries, second, doc_terms })
 }
 
+/// No option on: one fusion of the whole request's two arms, find_tool's keyword index before
+/// the study. The families below change the fields they study.
+const PLAIN: Variant = Variant {
+    fusion: Fusion::Rrf { k: 60.0, dense: 0.5 },
+    feedback: None,
+    clauses: None,
+    keyword: 0,
+    clean: false,
+    arms: FIND_TOOL_ARMS,
+    second: None,
+    expansion: None,
+};
+
+/// find_tool now: z-scores averaged, clauses, the name counted twice in the keyword index.
+const FIND_TOOL: Variant = Variant {
+    fusion: Fusion::Convex { norm: Normalise::ZScore, dense: 0.5 },
+    clauses: Some(Combine::Max(crate::store::CLAUSE_WEIGHT)),
+    keyword: 1,
+    ..PLAIN
+};
+
 /// The families compared, each a grid of variants.
 fn families() -> Vec<(&'static str, Vec<Variant>)> {
-    let plain = |fusion| Variant {
-        fusion,
-        feedback: None,
-        clauses: None,
-        keyword: 0,
-        clean: false,
-        arms: FIND_TOOL_ARMS,
-        second: None,
-        expansion: None,
-    };
+    let plain = |fusion| Variant { fusion, ..PLAIN };
     let weights: Vec<f32> = (2..=8).map(|i| i as f32 / 10.0).collect();
     let mut rrf = Vec::new();
     for k in [10.0, 20.0, 60.0] {
@@ -470,161 +482,75 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
     }
     let mm = |n| weights.iter().map(|&w| plain(Fusion::Convex { norm: n, dense: w })).collect::<Vec<_>>();
     let best_convex = |n| -> Vec<Fusion> { weights.iter().map(|&w| Fusion::Convex { norm: n, dense: w }).collect() };
-    let mut feedback = Vec::new();
-    for f in best_convex(Normalise::MinMax) {
-        for beta in [0.5, 1.0] {
-            for m in [3, 5] {
-                feedback.push(Variant {
-                    fusion: f,
-                    feedback: Some((beta, m)),
-                    clauses: None,
-                    keyword: 0,
-                    clean: false,
-                    arms: FIND_TOOL_ARMS,
-                    second: None,
-                    expansion: None,
-                });
-            }
-        }
-    }
-    let mut zfeedback = Vec::new();
-    for f in best_convex(Normalise::ZScore) {
-        for beta in [0.5, 1.0] {
-            for m in [3, 5] {
-                zfeedback.push(Variant {
-                    fusion: f,
-                    feedback: Some((beta, m)),
-                    clauses: None,
-                    keyword: 0,
-                    clean: false,
-                    arms: FIND_TOOL_ARMS,
-                    second: None,
-                    expansion: None,
-                });
-            }
-        }
-    }
-    let mut clauses = Vec::new();
-    let mut zclauses = Vec::new();
-    for (out, norm) in [(&mut clauses, Normalise::MinMax), (&mut zclauses, Normalise::ZScore)] {
-        for f in best_convex(norm) {
-            for c in
-                [Combine::Max(0.6), Combine::Max(0.7), Combine::Max(0.8), Combine::Max(0.9), Combine::Interleave(2.0)]
-            {
-                out.push(Variant {
-                    fusion: f,
-                    feedback: None,
-                    clauses: Some(c),
-                    keyword: 0,
-                    clean: false,
-                    arms: FIND_TOOL_ARMS,
-                    second: None,
-                    expansion: None,
-                });
-            }
-        }
-    }
-    let mut zkeyword = Vec::new();
-    for f in best_convex(Normalise::ZScore) {
-        for keyword in 0..KEYWORD_VARIANTS.len() {
-            zkeyword.push(Variant {
-                fusion: f,
-                feedback: None,
-                clauses: Some(Combine::Max(0.8)),
-                keyword,
-                clean: false,
-                arms: FIND_TOOL_ARMS,
-                second: None,
-                expansion: None,
-            });
-        }
-    }
-    let mut zclean = Vec::new();
-    for f in best_convex(Normalise::ZScore) {
-        for c in [Combine::Max(0.7), Combine::Max(0.8)] {
-            for keyword in [0, 1] {
-                zclean.push(Variant {
-                    fusion: f,
-                    feedback: None,
-                    clauses: Some(c),
-                    keyword,
-                    clean: true,
-                    arms: FIND_TOOL_ARMS,
-                    second: None,
-                    expansion: None,
-                });
-            }
-        }
-    }
-    let mut two_vectors = Vec::new();
-    for w in [0.5f32, 0.6] {
-        for text in SECOND_TEXTS {
-            for weight in [Some(0.3f32), Some(0.5), None] {
-                two_vectors.push(Variant {
-                    fusion: Fusion::Convex { norm: Normalise::ZScore, dense: w },
-                    feedback: None,
-                    clauses: Some(Combine::Max(0.8)),
-                    keyword: 1,
-                    clean: false,
-                    arms: FIND_TOOL_ARMS,
-                    second: Some((text, weight)),
-                    expansion: None,
-                });
-            }
-        }
-    }
-    let stemmed = KEYWORD_VARIANTS.len() - 1;
-    let mut zstemmed = Vec::new();
-    for f in best_convex(Normalise::ZScore) {
-        zstemmed.push(Variant {
-            fusion: f,
-            feedback: None,
-            clauses: Some(Combine::Max(0.8)),
-            keyword: stemmed,
-            clean: false,
-            arms: FIND_TOOL_ARMS,
-            second: None,
-            expansion: None,
-        });
-    }
-    let mut keyword_feedback = Vec::new();
-    for w in [0.5f32, 0.6] {
-        for (m, e) in [(1, 5), (3, 5), (3, 10), (5, 10)] {
-            for fw in [0.2f32, 0.4] {
-                keyword_feedback.push(Variant {
-                    fusion: Fusion::Convex { norm: Normalise::ZScore, dense: w },
-                    feedback: None,
-                    clauses: Some(Combine::Max(0.8)),
-                    keyword: 1,
-                    clean: false,
-                    arms: FIND_TOOL_ARMS,
-                    second: None,
-                    expansion: Some((m, e, fw)),
-                });
-            }
-        }
-    }
-    let mut arm_options = Vec::new();
-    for w in [0.5f32, 0.6] {
-        for depth in [20usize, 50, 100] {
-            for fill in [false, true] {
-                for adaptive in [0.0f32, 0.25, 0.5] {
-                    arm_options.push(Variant {
-                        fusion: Fusion::Convex { norm: Normalise::ZScore, dense: w },
-                        feedback: None,
-                        clauses: Some(Combine::Max(0.8)),
-                        keyword: 1,
-                        clean: false,
-                        arms: ArmOptions { depth, fill, adaptive },
-                        second: None,
-                        expansion: None,
-                    });
+    let (mut feedback, mut zfeedback) = (Vec::new(), Vec::new());
+    for (out, norm) in [(&mut feedback, Normalise::MinMax), (&mut zfeedback, Normalise::ZScore)] {
+        for fusion in best_convex(norm) {
+            for beta in [0.5, 1.0] {
+                for m in [3, 5] {
+                    out.push(Variant { fusion, feedback: Some((beta, m)), ..PLAIN });
                 }
             }
         }
     }
+    let (mut clauses, mut zclauses) = (Vec::new(), Vec::new());
+    for (out, norm) in [(&mut clauses, Normalise::MinMax), (&mut zclauses, Normalise::ZScore)] {
+        for fusion in best_convex(norm) {
+            for c in
+                [Combine::Max(0.6), Combine::Max(0.7), Combine::Max(0.8), Combine::Max(0.9), Combine::Interleave(2.0)]
+            {
+                out.push(Variant { fusion, clauses: Some(c), ..PLAIN });
+            }
+        }
+    }
+    // The rest vary find_tool's settings over the two weights most folds pick.
+    let zscore = [0.5f32, 0.6].map(|dense| Fusion::Convex { norm: Normalise::ZScore, dense });
+    let mut zkeyword = Vec::new();
+    for fusion in best_convex(Normalise::ZScore) {
+        for keyword in 0..KEYWORD_VARIANTS.len() {
+            zkeyword.push(Variant { fusion, keyword, clauses: Some(Combine::Max(0.8)), ..PLAIN });
+        }
+    }
+    let mut zclean = Vec::new();
+    for fusion in best_convex(Normalise::ZScore) {
+        for c in [Combine::Max(0.7), Combine::Max(0.8)] {
+            for keyword in [0, 1] {
+                zclean.push(Variant { fusion, clauses: Some(c), keyword, clean: true, ..PLAIN });
+            }
+        }
+    }
+    let mut arm_options = Vec::new();
+    for fusion in zscore {
+        for depth in [20usize, 50, 100] {
+            for fill in [false, true] {
+                for adaptive in [0.0f32, 0.25, 0.5] {
+                    arm_options.push(Variant { fusion, arms: ArmOptions { depth, fill, adaptive }, ..FIND_TOOL });
+                }
+            }
+        }
+    }
+    let mut two_vectors = Vec::new();
+    for fusion in zscore {
+        for text in SECOND_TEXTS {
+            for weight in [Some(0.3f32), Some(0.5), None] {
+                two_vectors.push(Variant { fusion, second: Some((text, weight)), ..FIND_TOOL });
+            }
+        }
+    }
+    let mut keyword_feedback = Vec::new();
+    for fusion in zscore {
+        for (m, e) in [(1, 5), (3, 5), (3, 10), (5, 10)] {
+            for w in [0.2f32, 0.4] {
+                keyword_feedback.push(Variant { fusion, expansion: Some((m, e, w)), ..FIND_TOOL });
+            }
+        }
+    }
+    let stemmed = KEYWORD_VARIANTS.len() - 1;
+    let zstemmed = best_convex(Normalise::ZScore)
+        .into_iter()
+        .map(|fusion| Variant { fusion, keyword: stemmed, clauses: Some(Combine::Max(0.8)), ..PLAIN })
+        .collect();
     vec![
-        ("RRF 1 : 1, k 60 (find_tool before)", vec![plain(Fusion::Rrf { k: 60.0, dense: 0.5 })]),
+        ("RRF 1 : 1, k 60 (find_tool before)", vec![PLAIN]),
         ("RRF, k and weight chosen", rrf),
         ("convex, min-max", mm(Normalise::MinMax)),
         ("convex, max (BM25 from 0)", mm(Normalise::Max)),
@@ -639,19 +565,7 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
         ("convex z-score + clauses, two vectors per tool", two_vectors),
         ("convex z-score + clauses, keyword feedback", keyword_feedback),
         ("convex z-score + clauses, stemmed keyword index", zstemmed),
-        (
-            "find_tool now: z-score 0.5, name ×2, clauses max × 0.8",
-            vec![Variant {
-                fusion: Fusion::Convex { norm: Normalise::ZScore, dense: 0.5 },
-                feedback: None,
-                clauses: Some(Combine::Max(crate::store::CLAUSE_WEIGHT)),
-                keyword: 1,
-                clean: false,
-                arms: FIND_TOOL_ARMS,
-                second: None,
-                expansion: None,
-            }],
-        ),
+        ("find_tool now: z-score 0.5, name ×2, clauses max × 0.8", vec![FIND_TOOL]),
     ]
 }
 
