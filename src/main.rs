@@ -110,7 +110,7 @@ enum Command {
         model_dir: Option<PathBuf>,
     },
     /// Internal: ends the stdio backends' process groups a gateway leaves when it is killed
-    /// (started by `serve` and `demo`; reads the groups on stdin).
+    /// (started by `serve`; reads the groups on stdin).
     #[command(hide = true)]
     Reap,
     /// Compare fusion variants across evaluation sets by cross-validation (docs/search.md).
@@ -129,8 +129,9 @@ fn main() -> ExitCode {
         toolmux::upstream::children::reap(std::io::stdin().lock());
         return ExitCode::SUCCESS;
     }
-    if matches!(cli.command, Command::Serve { .. } | Command::Demo { .. }) {
-        // Without it the gateway runs as before; only a SIGKILL would leave children behind.
+    if matches!(cli.command, Command::Serve { .. }) {
+        // Only `serve` runs stdio backends (the demo's are in-process). Without a reaper the
+        // gateway runs as before; only a SIGKILL would leave children behind.
         if let Err(err) = std::env::current_exe().and_then(|exe| toolmux::upstream::children::start_reaper(&exe)) {
             eprintln!("toolmux: no reaper for stdio backends (a killed gateway may leave them running): {err}");
         }

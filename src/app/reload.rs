@@ -156,7 +156,6 @@ impl App {
         done
     }
 
-    /// Records a reload refused because the new configuration is invalid.
     /// Applies a configuration read for a reload (SIGHUP, `--watch`), or records why the file
     /// was refused (the running configuration stays), and logs the outcome.
     pub async fn apply_reload(&self, next: anyhow::Result<Config>) {
@@ -176,6 +175,7 @@ impl App {
         }
     }
 
+    /// Records a reload refused because the new configuration is invalid.
     pub fn reload_refused(&self, why: String) {
         let mut log = self.gateway.reloads.lock().expect("reload log");
         log.last_error = Some(why);
