@@ -368,7 +368,7 @@ async fn stdio_serving_runs_as_the_configured_principal() {
         stdio_backend_toml("kit", "testkit")
     );
     std::fs::write(&config, toml).unwrap();
-    let c = stdio_gateway(&config, "diag_echo").await;
+    let (c, _) = stdio_gateway(&config, "diag_echo").await;
     let tools = c.list_all_tools().await.unwrap();
     assert!(tools.iter().all(|t| t.name.starts_with("diag_")), "carol may use diag only: {tools:?}");
     assert!(c.call_tool(rmcp::model::CallToolRequestParams::new("kit_echo")).await.is_err());

@@ -110,14 +110,9 @@ async fn serve_over_stdio_reloads_on_sighup() {
     let config = dir.path().join("toolmux.toml");
     let base = "[server]\nmode = \"passthrough\"\n".to_string() + &stdio_backend_toml("kit", "testkit");
     std::fs::write(&config, &base).unwrap();
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(["serve", "--stdio", "--config", config.to_str().unwrap()]).stderr(Stdio::null());
-    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
-    let pid = transport.id().expect("the gateway runs");
-    let c = rmcp::ServiceExt::serve(Recorder::default(), transport).await.expect("stdio gateway answers");
+    let (c, pid) = stdio_gateway(&config, "kit_echo").await;
     let names =
         || async { c.list_all_tools().await.unwrap().into_iter().map(|t| t.name.to_string()).collect::<Vec<_>>() };
-    assert!(eventually(Duration::from_secs(60), || async { names().await.contains(&"kit_echo".to_string()) }).await);
     assert!(!names().await.iter().any(|n| n.starts_with("more_")), "not configured yet");
 
     std::fs::write(&config, base + &stdio_backend_toml("more", "testkit")).unwrap();

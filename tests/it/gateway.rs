@@ -283,7 +283,7 @@ async fn serve_stdio_fronts_the_backends_for_a_launching_client() {
     let config = dir.path().join("toolmux.toml");
     std::fs::write(&config, format!("[server]\nmode = \"passthrough\"\n{}", stdio_backend_toml("diag", "echo")))
         .unwrap();
-    let c = stdio_gateway(&config, "diag_echo").await;
+    let (c, _) = stdio_gateway(&config, "diag_echo").await;
     let r = call(&c, "diag_echo", json!({"input": "through two stdio hops"})).await;
     assert_eq!(text(&r), "through two stdio hops");
     c.cancel().await.unwrap();

@@ -543,16 +543,17 @@ fn sse_messages(r: reqwest::Response) -> impl futures::Stream<Item = Value> + Se
 }
 
 /// `toolmux serve --stdio --config config` as a child process, with a client connected once the
-/// gateway lists `tool`.
-pub async fn stdio_gateway(config: &std::path::Path, tool: &str) -> RunningService<RoleClient, Recorder> {
+/// gateway lists `tool`, and the gateway's process id (to signal it).
+pub async fn stdio_gateway(config: &std::path::Path, tool: &str) -> (RunningService<RoleClient, Recorder>, u32) {
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.args(["serve", "--stdio", "--config", config.to_str().unwrap()]).stderr(Stdio::null());
     let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let pid = transport.id().expect("the gateway runs");
     let c = Recorder::default().serve(transport).await.expect("stdio gateway answers");
     let listed = eventually(Duration::from_secs(20), || async {
         c.list_all_tools().await.map(|t| t.iter().any(|t| t.name == tool)).unwrap_or(false)
     })
     .await;
     assert!(listed, "the stdio gateway lists {tool}");
-    c
+    (c, pid)
 }
