@@ -5,13 +5,17 @@
 //! trace runs client → toolmux → backend. Without it, the client's context is passed to the
 //! backend unchanged and toolmux's spans are only logged.
 
+use rmcp::service::{RequestContext, RoleServer};
+
+#[cfg(feature = "otlp")]
 use crate::upstream::Trace;
 
-/// Makes the client's trace context the parent of `span`.
+/// Makes the trace context of the client's request the parent of `span`.
 #[cfg(feature = "otlp")]
-pub fn adopt(span: &tracing::Span, trace: &Trace) {
+pub fn adopt(span: &tracing::Span, request: &RequestContext<RoleServer>) {
     use opentelemetry::propagation::TextMapPropagator;
     use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let trace = Trace::of(request);
     let Some(parent) = &trace.traceparent else { return };
     let mut carrier = std::collections::HashMap::new();
     carrier.insert("traceparent".to_string(), parent.clone());
@@ -23,8 +27,9 @@ pub fn adopt(span: &tracing::Span, trace: &Trace) {
     let _ = span.set_parent(cx);
 }
 
+/// Without the feature nothing is exported, so the request's context is not even read here.
 #[cfg(not(feature = "otlp"))]
-pub fn adopt(_span: &tracing::Span, _trace: &Trace) {}
+pub fn adopt(_span: &tracing::Span, _request: &RequestContext<RoleServer>) {}
 
 /// The `traceparent` (and `tracestate`) of the current span, when it is exported.
 #[cfg(feature = "otlp")]

@@ -290,7 +290,7 @@ impl GatewayHandler {
         use tracing::Instrument;
         let session = self.session.get().map(|s| s.id);
         let span = tracing::info_span!("mcp_request", method, session, tool = tracing::field::Empty);
-        crate::telemetry::adopt(&span, &crate::upstream::Trace::of(context));
+        crate::telemetry::adopt(&span, context);
         async move {
             let at = std::time::Instant::now();
             let result = handling.await;
