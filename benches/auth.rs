@@ -61,7 +61,7 @@ fn benches(c: &mut Criterion) {
     let mut toml = String::from("[auth]\nmode = \"bearer\"\n");
     for i in 0..100 {
         let digest = <sha2::Sha256 as sha2::Digest>::digest(format!("token-{i}").as_bytes());
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = base16ct::lower::encode_string(&digest);
         toml += &format!("[[auth.tokens]]\nprincipal = \"p{i}\"\nsha256 = \"{hex}\"\n");
     }
     let bearer = rt.block_on(Authenticator::new(&Config::parse(&toml).unwrap().auth));

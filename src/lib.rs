@@ -11,6 +11,7 @@
 //! | `embed`    | the sentence model on its own thread, model files, the vector cache |
 //! | `index`    | exact/HNSW dense search, BM25, fusion over dense slot ids |
 //! | `store`    | the shared store: one generation = catalog + vectors + indexes |
+//! | `telemetry`| a request's W3C trace context, and toolmux's spans joined to it |
 //! | `upstream` | backend MCP clients: connect, list, forward, reconnect |
 //! | `health`   | probes, status, circuit breaker, change notifier |
 //! | `session`  | per-session scope snapshots behind ArcSwap, resync |
@@ -21,7 +22,8 @@
 //!
 //! `demo` holds the built-in demo backends; `eval` the retrieval evaluation; `simd` the one
 //! macro that compiles numeric loops for wider vector units, used by `embed` and `index`, and
-//! the name of the vector path this CPU runs.
+//! the name of the vector path this CPU runs; `redact` takes secrets out of error text before
+//! it is logged or shown.
 
 pub mod app;
 pub mod auth;
@@ -35,6 +37,7 @@ pub mod http;
 pub mod index;
 pub mod mcp;
 pub mod metrics;
+pub mod redact;
 pub mod session;
 pub mod simd;
 pub mod store;

@@ -5,10 +5,47 @@
 //! trace runs client → toolmux → backend. Without it, the client's context is passed to the
 //! backend unchanged and toolmux's spans are only logged.
 
+use rmcp::model::RequestMetaObject;
 use rmcp::service::{RequestContext, RoleServer};
 
-#[cfg(feature = "otlp")]
-use crate::upstream::Trace;
+/// A client's W3C trace context (SEP-414), carried to the backend in the request's `_meta`.
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+    pub baggage: Option<String>,
+}
+
+impl Trace {
+    /// The trace context of a client request: its `_meta`, else its HTTP headers.
+    pub fn of(ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>) -> Self {
+        let headers = ctx.extensions.get::<http::request::Parts>().map(|p| &p.headers);
+        let header = |name: &str| headers.and_then(|h| h.get(name)).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        Trace {
+            traceparent: ctx.meta.get_traceparent().map(str::to_owned).or_else(|| header("traceparent")),
+            tracestate: ctx.meta.get_tracestate().map(str::to_owned).or_else(|| header("tracestate")),
+            baggage: ctx.meta.get_baggage().map(str::to_owned).or_else(|| header("baggage")),
+        }
+    }
+
+    /// Puts the trace context in a forwarded request's `_meta`: toolmux's own span when it is
+    /// exported (the `otlp` feature, [`current`]), else the client's as given.
+    pub fn apply(&self, meta: &mut RequestMetaObject) {
+        let (parent, state) = match current() {
+            Some((parent, state)) => (Some(parent), state),
+            None => (self.traceparent.clone(), self.tracestate.clone()),
+        };
+        if let Some(v) = parent {
+            meta.set_traceparent(v);
+        }
+        if let Some(v) = state {
+            meta.set_tracestate(v);
+        }
+        if let Some(v) = &self.baggage {
+            meta.set_baggage(v.clone());
+        }
+    }
+}
 
 /// Makes the trace context of the client's request the parent of `span`.
 #[cfg(feature = "otlp")]

@@ -4,54 +4,14 @@
 
 pub mod text;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rmcp::model::Tool;
 use serde_json::Value;
 
-/// How clashing tool names from different backends are resolved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConflictResolution {
-    /// Every tool becomes `<prefix_format with {backend}><name>`.
-    Prefix,
-    /// Bare names; the backend listed first wins a clash.
-    Priority,
-    /// Bare names; every clash must be settled by an override.
-    Manual,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct Aggregation {
-    pub conflict_resolution: ConflictResolution,
-    pub prefix_format: String,
-    /// Filter and overrides, by backend name.
-    pub per_backend: BTreeMap<String, BackendTools>,
-}
-
-impl Default for Aggregation {
-    fn default() -> Self {
-        Self {
-            conflict_resolution: ConflictResolution::Prefix,
-            prefix_format: "{backend}_".into(),
-            per_backend: BTreeMap::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct BackendTools {
-    /// Only these original tool names are kept, when given.
-    pub filter: Option<Vec<String>>,
-    /// By original tool name.
-    pub overrides: BTreeMap<String, Override>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Override {
-    pub name: Option<String>,
-    pub description: Option<String>,
-}
+// The naming settings are configuration; the catalog applies them.
+pub use crate::config::{Aggregation, BackendTools, ConflictResolution, Override};
 
 /// Stable identity of a backend tool, the same across catalog generations.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -71,6 +31,8 @@ pub struct CatalogTool {
     pub tokens: u64,
     /// The text that search indexes (see [`text::search_text`]).
     pub text: String,
+    /// sha256 of the exposed tool's JSON: two tools with one digest look the same to a client.
+    pub digest: [u8; 32],
 }
 
 impl CatalogTool {
@@ -184,9 +146,12 @@ impl Catalog {
 impl CatalogTool {
     /// `server` is the label of the server offering the tool ([`text::server_label`]), if any.
     pub fn new(key: ToolKey, tool: Tool, server: Option<&str>) -> Self {
-        let tokens = token_weight(&tool);
+        use sha2::Digest;
+        let json = serde_json::to_vec(&tool).unwrap_or_default();
+        let tokens = json.len() as u64 / 4;
+        let digest = sha2::Sha256::digest(&json).into();
         let text = text::search_text(&tool, server);
-        Self { key, tool, tokens, text }
+        Self { key, tool, tokens, text, digest }
     }
 }
 

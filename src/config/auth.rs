@@ -293,14 +293,9 @@ fn is_glob(s: &str) -> bool {
     s.contains(['*', '?', '[', '{'])
 }
 
+/// A sha256 digest written as 64 hex digits, either case.
 fn parse_digest(hex: &str) -> Option<[u8; 32]> {
-    let hex = hex.trim();
-    if hex.len() != 64 {
-        return None;
-    }
     let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
+    let decoded = base16ct::mixed::decode(hex.trim(), &mut out).ok()?;
+    (decoded.len() == 32).then_some(out)
 }

@@ -5,10 +5,12 @@
 //! the gateway uses, collecting every problem instead of stopping at the first, each named by its
 //! key path and the line it stands on. Nothing binds or spawns before this succeeds.
 
+mod aggregation;
 mod auth;
 mod raw;
 mod sessions;
 
+pub use aggregation::{Aggregation, BackendTools, ConflictResolution, Override};
 pub use auth::{
     ANONYMOUS, AuthConfig, AuthMode, BearerToken, CLIENT_PRINCIPAL, CLIENT_TOKEN, JWT_ALGORITHMS, JwksSource,
     JwtConfig, PolicyRule,
@@ -20,8 +22,6 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-
-use crate::catalog::{Aggregation, BackendTools, ConflictResolution, Override};
 
 /// How the gateway advertises the backends' tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -204,10 +204,21 @@ impl ServerHandler for DemoServer {
                     };
                     // rmcp ties a request sent from the call's own task to the call's stream; one
                     // sent from another task goes out on the session's standalone stream.
-                    let asked = if unlinked {
-                        tokio::spawn(asked).await.unwrap_or_else(|e| Err(e.to_string()))
-                    } else {
-                        asked.await
+                    let asked = async {
+                        if unlinked {
+                            tokio::spawn(asked).await.unwrap_or_else(|e| Err(e.to_string()))
+                        } else {
+                            asked.await
+                        }
+                    };
+                    // A call the gateway gives up while the client is being asked is counted too.
+                    let asked = tokio::select! {
+                        biased;
+                        _ = context.ct.cancelled() => {
+                            self.shared.cancelled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            return Ok(text("cancelled").into());
+                        }
+                        a = asked => a,
                     };
                     match asked {
                         Ok(a) => answers.push(a),

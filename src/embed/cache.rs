@@ -152,7 +152,7 @@ impl VectorCache {
             });
         };
         std::fs::create_dir_all(dir)?;
-        let tag = super::files::hex(&Sha256::digest(model_id.as_bytes())[..8]);
+        let tag = base16ct::lower::encode_string(&Sha256::digest(model_id.as_bytes())[..8]);
         let path = dir.join(format!("vectors-{tag}-{dim}.v{FORMAT}.bin"));
         let lock = OpenOptions::new()
             .create(true)

@@ -114,11 +114,7 @@ pub fn sha256_file(path: &Path) -> std::io::Result<String> {
         }
         h.update(&buf[..n]);
     }
-    Ok(hex(&h.finalize()))
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    Ok(base16ct::lower::encode_string(&h.finalize()))
 }
 
 /// Maps a file name to where one source would hold it.

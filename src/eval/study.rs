@@ -105,15 +105,14 @@ pub fn literals_dropped(text: &str) -> String {
     text.split_whitespace().filter(|w| !w.chars().any(|c| c.is_ascii_digit())).collect::<Vec<_>>().join(" ")
 }
 
-/// Keyword index variants: (label, k1, b, extra copies of the name words, stemmed). The first is
+/// Keyword index variants: (label, k1, b, extra copies of the name words). The first is
 /// find_tool's index before this study, the second find_tool's now.
-const KEYWORD_VARIANTS: &[(&str, f32, f32, usize, bool)] = &[
-    ("BM25 k1 1.2 b 0.75", 1.2, 0.75, 0, false),
-    ("BM25 k1 1.2 b 0.75, name ×2", 1.2, 0.75, 1, false),
-    ("BM25 k1 0.9 b 0.4", 0.9, 0.4, 0, false),
-    ("BM25 k1 1.5 b 0.9", 1.5, 0.9, 0, false),
-    ("BM25 k1 0.9 b 0.4, name ×2", 0.9, 0.4, 1, false),
-    ("BM25 k1 1.2 b 0.75, name ×2, stemmed", 1.2, 0.75, 1, true),
+const KEYWORD_VARIANTS: &[(&str, f32, f32, usize)] = &[
+    ("BM25 k1 1.2 b 0.75", 1.2, 0.75, 0),
+    ("BM25 k1 1.2 b 0.75, name ×2", 1.2, 0.75, 1),
+    ("BM25 k1 0.9 b 0.4", 0.9, 0.4, 0),
+    ("BM25 k1 1.5 b 0.9", 1.5, 0.9, 0),
+    ("BM25 k1 0.9 b 0.4, name ×2", 0.9, 0.4, 1),
 ];
 
 /// How the whole query's list and its clauses' lists merge.
@@ -393,7 +392,7 @@ async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path
     }
     let keyword: Vec<Bm25Index> = KEYWORD_VARIANTS
         .iter()
-        .map(|&(_, k1, b, name_copies, stemmed)| {
+        .map(|&(_, k1, b, name_copies)| {
             let docs: Vec<String> = generation
                 .catalog
                 .tools()
@@ -403,7 +402,7 @@ async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path
                     format!("{}{}", t.text, format!(" {name}").repeat(name_copies))
                 })
                 .collect();
-            Bm25Index::build_full(docs.iter().map(String::as_str), k1, b, stemmed)
+            Bm25Index::build_with(docs.iter().map(String::as_str), k1, b)
         })
         .collect();
     let mut vectors = vectors.into_iter();
@@ -544,11 +543,6 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
             }
         }
     }
-    let stemmed = KEYWORD_VARIANTS.len() - 1;
-    let zstemmed = best_convex(Normalise::ZScore)
-        .into_iter()
-        .map(|fusion| Variant { fusion, keyword: stemmed, clauses: Some(Combine::Max(0.8)), ..PLAIN })
-        .collect();
     vec![
         ("RRF 1 : 1, k 60 (find_tool before)", vec![PLAIN]),
         ("RRF, k and weight chosen", rrf),
@@ -564,7 +558,6 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
         ("convex z-score + clauses, arm depth, exact fill-in, adaptive weight", arm_options),
         ("convex z-score + clauses, two vectors per tool", two_vectors),
         ("convex z-score + clauses, keyword feedback", keyword_feedback),
-        ("convex z-score + clauses, stemmed keyword index", zstemmed),
         ("find_tool now: z-score 0.5, name ×2, clauses max × 0.8", vec![FIND_TOOL]),
     ]
 }

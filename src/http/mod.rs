@@ -162,23 +162,32 @@ impl Edge {
         let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let mut restoring = false;
         if let Some(id) = &session {
-            // Another principal's session is answered like one that does not exist.
+            // Every session held here has its owner recorded before its id is known to anyone
+            // (a new one before the initialize answer leaves, a restored one before it is
+            // replayed): a request for a session with no owner here never reaches it.
             let owner = self.owners.lock().expect("owners lock").get(id).cloned();
-            if owner.as_ref().is_some_and(|o| *o != principal) {
-                tracing::info!(%principal, "request refused: 404 for another principal's session");
-                return no_such_session();
-            }
-            if let Some(shared) = &self.shared {
-                if self.sessions.sessions.read().await.contains_key(id.as_str()) {
-                    self.refresh(id);
-                } else {
+            match owner {
+                // Another principal's session is answered like one that does not exist.
+                Some(owner) if owner != principal => {
+                    tracing::info!(%principal, "request refused: 404 for another principal's session");
+                    return no_such_session();
+                }
+                Some(_) => self.refresh(id),
+                None if self.sessions.sessions.read().await.contains_key(id.as_str()) => {
+                    tracing::info!(%principal, "request refused: 404 for a session whose owner is not recorded");
+                    return no_such_session();
+                }
+                None => {
                     // Not held here (never, or no longer): the store says whose it is, if anyone's.
-                    match self.restorable(shared, id, &principal).await {
-                        Ok(record) => {
-                            req.extensions_mut().insert(Restored(Arc::new(record)));
-                            restoring = true;
+                    if let Some(shared) = &self.shared {
+                        match self.restorable(shared, id, &principal).await {
+                            Ok(record) => {
+                                req.extensions_mut().insert(Restored(Arc::new(record)));
+                                self.own(id, principal.clone()).await;
+                                restoring = true;
+                            }
+                            Err(refusal) => return refusal,
                         }
-                        Err(refusal) => return refusal,
                     }
                 }
             }
@@ -201,10 +210,11 @@ impl Edge {
             }
             self.own(&id, principal).await;
         } else if restoring
-            && response.status().is_success()
             && let Some(id) = session
+            && !self.sessions.sessions.read().await.contains_key(id.as_str())
         {
-            self.own(&id, principal).await;
+            // The replay failed: nothing is held here under the claim.
+            self.owners.lock().expect("owners lock").remove(&id);
         }
         response
     }

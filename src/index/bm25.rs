@@ -120,15 +120,6 @@ pub struct Bm25Index {
     avg_len: f32,
     k1: f32,
     b: f32,
-    /// Terms are reduced to their Snowball English stems, in documents and queries alike.
-    stemmed: bool,
-}
-
-static STEMMER: std::sync::LazyLock<rust_stemmers::Stemmer> =
-    std::sync::LazyLock::new(|| rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English));
-
-fn stem(term: &str) -> String {
-    STEMMER.stem(term).into_owned()
 }
 
 impl Bm25Index {
@@ -139,18 +130,10 @@ impl Bm25Index {
 
     /// As [`Bm25Index::build`] with other saturation (`k1`) and length normalisation (`b`).
     pub fn build_with<'a>(docs: impl IntoIterator<Item = &'a str>, k1: f32, b: f32) -> Self {
-        Self::build_full(docs, k1, b, false)
-    }
-
-    /// As [`Bm25Index::build_with`], terms stemmed when `stemmed`.
-    pub fn build_full<'a>(docs: impl IntoIterator<Item = &'a str>, k1: f32, b: f32, stemmed: bool) -> Self {
         let mut postings: HashMap<String, Vec<(Slot, u16)>> = HashMap::new();
         let mut doc_len = Vec::new();
         for (slot, doc) in docs.into_iter().enumerate() {
-            let mut ts = terms(doc);
-            if stemmed {
-                ts.iter_mut().for_each(|t| *t = stem(t));
-            }
+            let ts = terms(doc);
             doc_len.push(ts.len() as u32);
             let mut tf: HashMap<String, u16> = HashMap::new();
             for t in ts {
@@ -161,7 +144,7 @@ impl Bm25Index {
             }
         }
         let avg_len = if doc_len.is_empty() { 1.0 } else { doc_len.iter().sum::<u32>() as f32 / doc_len.len() as f32 };
-        Self { postings, doc_len, avg_len: avg_len.max(1.0), k1, b, stemmed }
+        Self { postings, doc_len, avg_len: avg_len.max(1.0), k1, b }
     }
 
     pub fn len(&self) -> usize {
@@ -184,13 +167,6 @@ impl Bm25Index {
     pub fn search_weighted(&self, query: &[(&str, f32)], allow: &AllowList, k: usize) -> Vec<Hit> {
         let mut scores: HashMap<Slot, f32> = HashMap::new();
         for &(t, weight) in query {
-            let stemmed;
-            let t = if self.stemmed {
-                stemmed = stem(t);
-                stemmed.as_str()
-            } else {
-                t
-            };
             let Some(list) = self.postings.get(t) else { continue };
             let idf = self.idf(t);
             for &(slot, tf) in list {

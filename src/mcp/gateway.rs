@@ -22,9 +22,9 @@ use crate::health::notifier::Notifier;
 use crate::mcp::relay::{Hub, SessionRelay};
 use crate::mcp::rounds::Parked;
 use crate::session::shared::SharedSessions;
-use crate::session::{Caller, Policy, SessionHandle, Snapshot, scope};
+use crate::session::{Caller, Policy, Presented, SessionHandle, Snapshot, scope};
 use crate::store::Store;
-use crate::upstream::{ClientUpstreams, Identity, Upstream};
+use crate::upstream::{ClientUpstreams, Upstream};
 
 /// Callers whose scopes are cached (least recently used out first). A session keeps its own
 /// snapshot, so a caller pushed out only costs a fresh derivation on the next change.
@@ -80,9 +80,10 @@ pub struct Gateway {
     epoch: watch::Sender<u64>,
     /// Debounced ticks after scope changes: when passthrough clients are told.
     notices: Notifier,
-    /// Scopes by caller, shared by all of that caller's sessions and stateless requests while
-    /// current: a scope change derives each distinct caller's scope once, not once per session.
-    scopes: Mutex<lru::LruCache<Caller, Arc<Snapshot>>>,
+    /// Scopes by caller (principal and groups), shared by all of that caller's sessions and
+    /// stateless requests while current: a scope change derives each distinct caller's scope
+    /// once, not once per session. With the generation every entry was built over.
+    scopes: Mutex<(u64, lru::LruCache<Caller, Arc<Snapshot>>)>,
     /// Bumped by every [`Gateway::set_policy`].
     policy_version: AtomicU64,
     pub limits: Limits,
@@ -122,8 +123,9 @@ impl Gateway {
             epoch,
             notices: Notifier::new(p.notice_window),
             policy_version: AtomicU64::new(0),
-            scopes: Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(CACHED_SCOPES).expect("a positive capacity"),
+            scopes: Mutex::new((
+                0,
+                lru::LruCache::new(std::num::NonZeroUsize::new(CACHED_SCOPES).expect("a positive capacity")),
             )),
             limits: p.limits,
             max_query_chars: p.max_query_chars,
@@ -158,13 +160,20 @@ impl Gateway {
     pub fn scope_for(&self, caller: &Caller) -> Arc<Snapshot> {
         // Held while deriving: sessions of one caller woken together wait for one derivation.
         let mut cache = self.scopes.lock().expect("scopes lock");
-        if let Some(s) = cache.get(caller)
+        if let Some(s) = cache.1.get(caller)
             && self.is_current(s)
         {
             return s.clone();
         }
+        // A new generation makes every cached scope stale: dropped now, they keep no old
+        // generation (catalog, vectors, indexes) alive for callers that have gone.
+        let generation = self.store.current().id;
+        if cache.0 != generation {
+            cache.1.clear();
+            cache.0 = generation;
+        }
         let s = Arc::new(self.derive_scope(caller));
-        cache.put(caller.clone(), s.clone());
+        cache.1.put(caller.without_token(), s.clone());
         s
     }
 
@@ -197,7 +206,7 @@ impl Gateway {
         let mut cache = self.scopes.lock().expect("scopes lock");
         self.policy.store(Arc::new(policy));
         self.policy_version.fetch_add(1, Ordering::AcqRel);
-        cache.clear();
+        cache.1.clear();
         drop(cache);
         self.scopes_changed();
     }
@@ -207,15 +216,28 @@ impl Gateway {
         snap.health_version == self.scope_version() && snap.generation.id == self.store.current().id
     }
 
-    /// The session's snapshot for one request, rebuilt first if the gateway has moved on.
+    /// The session's snapshot for one request, rebuilt first if the gateway has moved on or the
+    /// session's caller is no longer the one it was built for.
     pub fn session_snapshot(&self, session: &SessionHandle) -> Arc<Snapshot> {
         let snap = session.snapshot();
-        if self.is_current(&snap) {
+        let caller = session.caller();
+        if self.is_current(&snap) && snap.caller == *caller {
             return snap;
         }
-        let next = self.scope_for(&session.caller);
+        let next = self.scope_for(&caller);
         session.swap(next.clone());
         next
+    }
+
+    /// Takes the credential a request of `session` presented: new groups re-derive its scope
+    /// now (and a passthrough client is told), a new token is what its own backend sessions
+    /// send from the next request on.
+    pub fn present(&self, session: &SessionHandle, caller: &Caller) {
+        if session.present(caller) == Presented::Groups {
+            tracing::info!(principal = %caller.principal, "the caller's groups changed: its session's scope follows");
+            session.swap(self.scope_for(&session.caller()));
+            session.rescoped.notify_one();
+        }
     }
 
     /// Registers a session of the client `peer`, gives it its own upstream sessions, and starts
@@ -228,14 +250,10 @@ impl Gateway {
         let handle = SessionHandle::new(caller.clone(), self.scope_for(&caller), self.limits.max_calls_per_session);
         if let Some(peer) = peer {
             let relay = SessionRelay { hub: self.relay.clone(), peer: peer.clone(), level: handle.level.clone() };
-            let identity = Identity { principal: caller.principal.clone(), token: caller.token.clone() };
             let keep = self.upstream.keep_sessions.clone();
-            handle.set_upstreams(ClientUpstreams::new(
-                Arc::new(relay),
-                self.limits.session_idle_timeout,
-                identity,
-                keep,
-            ));
+            let upstreams = ClientUpstreams::new(Arc::new(relay), self.limits.session_idle_timeout, keep);
+            upstreams.set_identity(caller.principal.clone(), caller.token.clone());
+            handle.set_upstreams(upstreams);
             handle.set_peer(peer);
         }
         {
@@ -315,9 +333,9 @@ async fn resync_worker(
     mut notices: watch::Receiver<u64>,
     [ct, ended]: [CancellationToken; 2],
 ) {
-    // What the client was last told it has: its first snapshot, then each one notified.
-    let mut told = match session.upgrade() {
-        Some(s) => s.snapshot(),
+    // What the client was last told it has (as [`Snapshot::listed`]: no generation is kept).
+    let (mut told, rescoped) = match session.upgrade() {
+        Some(s) => (s.snapshot().listed(), s.rescoped.clone()),
         None => return,
     };
     loop {
@@ -326,16 +344,23 @@ async fn resync_worker(
             _ = ended.cancelled() => return,
             r = scopes.changed() => if r.is_err() { return } else { false },
             r = notices.changed() => if r.is_err() { return } else { true },
+            // The caller's own change: its client is told at once, not on the gateway's tick.
+            _ = rescoped.notified() => true,
         };
         let (Some(gw), Some(session)) = (gw.upgrade(), session.upgrade()) else { return };
         scopes.mark_unchanged();
-        let next = gw.scope_for(&session.caller);
+        let next = gw.scope_for(&session.caller());
         session.swap(next.clone());
         gw.counters.resyncs.fetch_add(1, Ordering::Relaxed);
-        if !notice || gw.mode != Mode::Passthrough || told.same_tools(&next) {
+        if !notice || gw.mode != Mode::Passthrough {
             continue;
         }
-        told = next;
+        let listed = next.listed();
+        drop(next);
+        if listed == told {
+            continue;
+        }
+        told = listed;
         if let Some(peer) = session.peer() {
             if peer.notify_tool_list_changed().await.is_ok() {
                 gw.counters.list_changed_sent.fetch_add(1, Ordering::Relaxed);

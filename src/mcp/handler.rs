@@ -38,7 +38,8 @@ use crate::index::{AllowList, Slot};
 use crate::session::shared::{Change, Record, Restored, SessionKey};
 use crate::session::{Access, Caller, SessionHandle, Snapshot};
 use crate::store::{Query, Ranker};
-use crate::upstream::{Answer, Backend, CallError, Link, Trace};
+use crate::telemetry::Trace;
+use crate::upstream::{Answer, Backend, CallError, Link};
 
 /// Scheduler turns given to trailing backend notifications after a call's result arrives.
 const RELAY_SETTLE_YIELDS: usize = 4;
@@ -260,7 +261,7 @@ impl GatewayHandler {
         }
         for uri in &record.subscriptions {
             let request = SubscribeRequestParams::new(uri.clone());
-            if let Err(e) = self.subscribe_to(request, &session.caller, context).await {
+            if let Err(e) = self.subscribe_to(request, &session.caller(), context).await {
                 tracing::info!(%uri, error = %e.message, "a stored subscription could not be renewed");
             }
         }
@@ -274,12 +275,12 @@ impl GatewayHandler {
         }
     }
 
-    /// Who is asking: the session's caller, or the request's for a client without a session.
+    /// Who is asking: the session's caller (as this request presented it, see
+    /// [`Self::measured`]), or the request's for a client without a session.
     fn caller(&self, ctx: &RequestContext<RoleServer>) -> Caller {
-        self.session.get().map_or_else(|| self.caller_of(ctx), |s| s.caller.clone())
+        self.session.get().map_or_else(|| self.caller_of(ctx), |s| (*s.caller()).clone())
     }
 
-    /// A tool error in optimizer mode; a JSON-RPC invalid-params error in passthrough mode.
     /// Runs one MCP request's handling and counts it in the metrics by method and outcome.
     async fn measured<T>(
         &self,
@@ -288,6 +289,13 @@ impl GatewayHandler {
         handling: impl std::future::Future<Output = Result<T, ErrorData>>,
     ) -> Result<T, ErrorData> {
         use tracing::Instrument;
+        // Every request's own credential decides what it may do: the session takes its groups
+        // and token before anything is looked up (over HTTP; stdio has one caller throughout).
+        if let Some(session) = self.session.get()
+            && context.extensions.get::<http::request::Parts>().is_some()
+        {
+            self.gw.present(session, &self.caller_of(context));
+        }
         let session = self.session.get().map(|s| s.id);
         let span = tracing::info_span!("mcp_request", method, session, tool = tracing::field::Empty);
         crate::telemetry::adopt(&span, context);
@@ -305,6 +313,7 @@ impl GatewayHandler {
         .await
     }
 
+    /// A tool error in optimizer mode; a JSON-RPC invalid-params error in passthrough mode.
     fn refuse(&self, message: String) -> Result<CallToolResponse, ErrorData> {
         match self.gw.mode {
             Mode::Optimizer => Ok(meta::error_result(message).into()),
@@ -793,14 +802,15 @@ impl ServerHandler for GatewayHandler {
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let caller = self.caller_of(context.request_context());
         let mut epochs = self.gw.subscribe_scopes();
-        let mut current = self.gw.scope_for(&caller);
+        // What the listener was last told, as a number: a long-lived stream pins no generation.
+        let mut current = self.gw.scope_for(&caller).listed();
         loop {
             tokio::select! {
                 _ = context.cancelled() => return Ok(()),
                 r = epochs.changed() => if r.is_err() { return Ok(()) },
             }
-            let next = self.gw.scope_for(&caller);
-            if self.gw.mode == Mode::Passthrough && !current.same_tools(&next) {
+            let next = self.gw.scope_for(&caller).listed();
+            if self.gw.mode == Mode::Passthrough && current != next {
                 if context.sink().notify_tool_list_changed().await.is_err() {
                     return Ok(());
                 }
@@ -1007,11 +1017,19 @@ fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {
     }
 }
 
-/// A failed forwarded resource or prompt request.
+/// A failed forwarded resource or prompt request. No wildcard arm: a new kind of failure must
+/// be given its wire form here.
 fn wire_error(e: CallError) -> ErrorData {
     match e {
+        // The backend's own JSON-RPC error, as it sent it.
         CallError::Remote { error, .. } => error,
-        other => ErrorData::internal_error(other.to_string(), None),
+        CallError::Cancelled => ErrorData::internal_error("the request was cancelled", None),
+        // Each of these names the backend and nothing it said (see `CallError`).
+        e @ (CallError::NotConnected { .. }
+        | CallError::Timeout { .. }
+        | CallError::ConnectionLost { .. }
+        | CallError::AtCapacity { .. }
+        | CallError::SessionFailed { .. }) => ErrorData::internal_error(e.to_string(), None),
     }
 }
 

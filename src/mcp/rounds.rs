@@ -63,7 +63,7 @@ pub struct PendingCall {
     /// When the call was first forwarded (its metrics' latency).
     pub started: std::time::Instant,
     /// The client's trace context, passed on to the backend.
-    pub trace: crate::upstream::Trace,
+    pub trace: crate::telemetry::Trace,
 }
 
 impl PendingCall {
@@ -96,6 +96,15 @@ impl PendingCall {
     }
 }
 
+impl PendingCall {
+    /// Gives the call up: the backend is told (`notifications/cancelled`) before the requests it
+    /// is waiting on are refused, so it hears why its work ends rather than a bare error.
+    pub async fn abandon(mut self) {
+        self.ct.cancel();
+        let _ = (&mut self.call).await;
+    }
+}
+
 impl Drop for PendingCall {
     fn drop(&mut self) {
         // A call given up (expired, or its client went away) is cancelled at the backend.
@@ -125,8 +134,9 @@ impl Parked {
         let key = token.clone();
         tokio::spawn(async move {
             tokio::time::sleep(ttl).await;
-            if let Some(parked) = parked.upgrade() {
-                parked.calls.lock().expect("parked lock").remove(&key);
+            let expired = parked.upgrade().and_then(|p| p.calls.lock().expect("parked lock").remove(&key));
+            if let Some(call) = expired {
+                call.abandon().await;
             }
         });
         Some(token)

@@ -25,7 +25,8 @@ use crate::upstream::ClientUpstreams;
 
 /// Who is asking, as authentication established it. Sessions and stateless callers both have
 /// one. Two callers are the same when their principal and groups are: the token is carried only
-/// for backends configured to pass it on, and never compared, hashed or logged.
+/// for backends configured to pass it on, and never hashed or logged (a session compares it
+/// with its last one only to tell that it changed).
 #[derive(Clone)]
 pub struct Caller {
     /// The verified principal's name, or `anonymous` without authentication.
@@ -42,6 +43,11 @@ impl Caller {
 
     pub fn named(principal: &str, groups: Vec<String>) -> Self {
         Self { principal: principal.to_string(), groups, token: None }
+    }
+
+    /// The same caller without its token: what a scope is built for and may keep.
+    pub fn without_token(&self) -> Self {
+        Self { principal: self.principal.clone(), groups: self.groups.clone(), token: None }
     }
 }
 
@@ -114,12 +120,22 @@ pub struct Snapshot {
     /// The health and policy version this scope was built at (`Gateway::scope_version`): with the generation's
     /// id, it tells whether the snapshot is still current.
     pub health_version: u64,
+    /// Who it was built for (principal and groups, never a token): a session whose caller's
+    /// groups changed no longer uses it.
+    pub caller: Caller,
 }
 
 impl Snapshot {
     pub fn empty() -> Self {
         let generation = Arc::new(Generation::empty());
-        Self { generation, allow: AllowList::none(0), held_back: None, baseline_tokens: 0, health_version: 0 }
+        Self {
+            generation,
+            allow: AllowList::none(0),
+            held_back: None,
+            baseline_tokens: 0,
+            health_version: 0,
+            caller: Caller::anonymous(),
+        }
     }
 
     /// The allowed tool exposed under `name`, if any.
@@ -139,9 +155,16 @@ impl Snapshot {
         std::mem::size_of::<Self>() + self.allow.heap_bytes() + self.held_back.as_ref().map_or(0, AllowList::heap_bytes)
     }
 
-    /// True if both allow the same tool names (what passthrough clients see).
-    pub fn same_tools(&self, other: &Snapshot) -> bool {
-        self.tools().map(|t| (t.name(), &t.tool)).eq(other.tools().map(|t| (t.name(), &t.tool)))
+    /// What a passthrough client sees of this scope (the allowed tools, names and contents, in
+    /// order), as one number: two scopes with the same one list the same tools. Kept instead of
+    /// a snapshot, it holds no generation alive.
+    pub fn listed(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for t in self.tools() {
+            t.digest.hash(&mut h);
+        }
+        h.finish()
     }
 }
 
@@ -181,7 +204,7 @@ pub fn scope(
             }
         }
     }
-    Snapshot { generation, allow, held_back, baseline_tokens, health_version: 0 }
+    Snapshot { generation, allow, held_back, baseline_tokens, health_version: 0, caller: caller.without_token() }
 }
 
 /// A client session's `logging/setLevel`: log messages below it are not passed on to it.
@@ -215,11 +238,14 @@ fn rank(level: rmcp::model::LoggingLevel) -> u8 {
     }
 }
 
-/// One session's stable state: its current snapshot and the peer to notify.
+/// One session's stable state: its caller, its current snapshot and the peer to notify.
 pub struct SessionHandle {
     /// Unique in this process: tells one session's calls from another's.
     pub id: u64,
-    pub caller: Caller,
+    /// The caller as its latest request presented itself ([`SessionHandle::present`]). The
+    /// principal never changes (the HTTP edge answers another principal's requests with 404);
+    /// the groups and the token follow the caller's credential.
+    caller: ArcSwap<Caller>,
     /// Swapped by the session's resync worker, and by a request that finds it stale
     /// ([`crate::mcp::Gateway`] decides both; the newest scope wins either way).
     scope: ArcSwap<Snapshot>,
@@ -233,6 +259,18 @@ pub struct SessionHandle {
     pub calls: Arc<Semaphore>,
     /// Cancelled when the session ends: its tasks stop with it.
     ended: CancellationToken,
+    /// Woken when the caller's groups changed: its resync worker tells a passthrough client.
+    pub rescoped: Arc<tokio::sync::Notify>,
+}
+
+/// What changed when a request presented its caller to its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Presented {
+    Same,
+    /// A new token, same groups: what backends are sent changes, the scope does not.
+    Token,
+    /// Other groups: the scope is derived again.
+    Groups,
 }
 
 impl SessionHandle {
@@ -240,14 +278,39 @@ impl SessionHandle {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         Arc::new(Self {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
-            caller,
+            caller: ArcSwap::from_pointee(caller),
             scope: ArcSwap::new(snapshot),
             peer: OnceLock::new(),
             upstreams: OnceLock::new(),
             level: Arc::default(),
             calls: Arc::new(Semaphore::new(max_calls)),
             ended: CancellationToken::new(),
+            rescoped: Arc::default(),
         })
+    }
+
+    /// The caller as of its latest request.
+    pub fn caller(&self) -> Arc<Caller> {
+        self.caller.load_full()
+    }
+
+    /// Takes `caller` (the same principal, as the edge checked) as the session's caller from now
+    /// on, and says what changed: a re-issued token with fewer groups takes effect on the
+    /// request that presents it, and a refreshed token is what backends get next.
+    pub fn present(&self, caller: &Caller) -> Presented {
+        let current = self.caller.load();
+        let changed = if current.groups != caller.groups {
+            Presented::Groups
+        } else if current.token != caller.token {
+            Presented::Token
+        } else {
+            return Presented::Same;
+        };
+        self.caller.store(Arc::new(caller.clone()));
+        if let Some(upstreams) = self.upstreams.get() {
+            upstreams.set_identity(caller.principal.clone(), caller.token.clone());
+        }
+        changed
     }
 
     pub fn set_upstreams(&self, upstreams: ClientUpstreams) {

@@ -215,7 +215,7 @@ impl SharedSessions {
     }
 
     fn key(&self, id: &str) -> String {
-        format!("{}session:{}", self.prefix, crate::embed::files::hex(&Sha256::digest(id.as_bytes())))
+        format!("{}session:{}", self.prefix, base16ct::lower::encode_string(&Sha256::digest(id.as_bytes())))
     }
 
     fn ttl_ms(&self) -> i64 {
@@ -242,7 +242,7 @@ impl SharedSessions {
                 self.state.store(UP, Ordering::Release);
                 return Ok(v);
             }
-            Ok(Err(e)) => e.to_string(),
+            Ok(Err(e)) => crate::redact::urls(&e.to_string()),
             Err(_) => format!("no answer within {}", humantime::format_duration(self.timeout)),
         };
         if self.state.swap(DOWN, Ordering::AcqRel) != DOWN {
@@ -541,14 +541,14 @@ impl SharedSessions {
         let Ok(sealed) = cipher.encrypt((&nonce).into(), Payload { msg: &plain, aad: aad.as_bytes() }) else {
             return "-".into();
         };
-        crate::embed::files::hex(&[nonce.as_slice(), &sealed].concat())
+        base16ct::lower::encode_string(&[nonce.as_slice(), &sealed].concat())
     }
 
     /// What [`SharedSessions::seal`] sealed, if this key sealed it for this session and backend.
     pub fn unseal(&self, id: &str, backend: &str, sealed: &str) -> Option<StoredUpstream> {
         use chacha20poly1305::aead::{Aead, KeyInit, Payload};
         let key = self.seal_key.as_ref()?;
-        let bytes = unhex(sealed)?;
+        let bytes = base16ct::lower::decode_vec(sealed).ok()?;
         if bytes.len() < 12 {
             return None;
         }
@@ -578,13 +578,6 @@ impl SharedSessions {
         }
         fields
     }
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
 
 /// The first (only) value of a one-command pipeline.

@@ -205,8 +205,11 @@ pub struct Store {
     current: ArcSwap<Generation>,
     build_lock: tokio::sync::Mutex<()>,
     next_id: AtomicU64,
-    queries: Mutex<QueryCache>,
+    /// Recent query vectors by text (least recently used out first).
+    queries: Mutex<lru::LruCache<String, Arc<Vec<f32>>>>,
     graph_min: usize,
+    /// Every generation made current, while anything holds it (`live_generations`).
+    published: Mutex<Vec<std::sync::Weak<Generation>>>,
     pub counters: Counters,
 }
 
@@ -219,8 +222,11 @@ impl Store {
             current: ArcSwap::from_pointee(Generation::empty()),
             build_lock: tokio::sync::Mutex::new(()),
             next_id: AtomicU64::new(1),
-            queries: Mutex::new(QueryCache::default()),
+            queries: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(QUERY_CACHE).expect("a positive capacity"),
+            )),
             graph_min: GRAPH_MIN_SLOTS,
+            published: Mutex::default(),
             counters: Counters::default(),
         }
     }
@@ -233,6 +239,13 @@ impl Store {
 
     pub fn current(&self) -> Arc<Generation> {
         self.current.load_full()
+    }
+
+    /// Generations still in memory: the current one, and older ones that something still
+    /// holds (a request under way, a session not yet swapped). Each holds its catalog, vectors
+    /// and indexes, so this should fall back to 1 soon after every change.
+    pub fn live_generations(&self) -> usize {
+        self.published.lock().expect("published lock").iter().filter(|g| g.strong_count() > 0).count()
     }
 
     pub fn embedder(&self) -> Option<&Arc<dyn Embedder>> {
@@ -271,6 +284,11 @@ impl Store {
         .expect("index build does not panic");
         let generation = Arc::new(generation);
         self.current.store(generation.clone());
+        {
+            let mut published = self.published.lock().expect("published lock");
+            published.retain(|g| g.strong_count() > 0);
+            published.push(Arc::downgrade(&generation));
+        }
         self.counters.generations.fetch_add(1, Ordering::Relaxed);
         tracing::info!(generation = id, tools = generation.catalog.len(), "tool index built");
         generation
@@ -325,7 +343,7 @@ impl Store {
     async fn query_vectors(&self, e: &dyn Embedder, texts: &[String]) -> Result<Vec<Arc<Vec<f32>>>, EmbedError> {
         let mut found: Vec<Option<Arc<Vec<f32>>>> = {
             let mut cache = self.queries.lock().expect("query cache");
-            texts.iter().map(|t| cache.get(t)).collect()
+            texts.iter().map(|t| cache.get(t.as_str()).cloned()).collect()
         };
         let missing: Vec<String> =
             texts.iter().zip(&found).filter(|(_, v)| v.is_none()).map(|(t, _)| t.clone()).collect();
@@ -340,7 +358,7 @@ impl Store {
             for slot in found.iter_mut().filter(|v| v.is_none()) {
                 if let Some((text, v)) = fresh.next() {
                     let v = Arc::new(v);
-                    cache.put(text, v.clone());
+                    cache.put(text.clone(), v.clone());
                     *slot = Some(v);
                 }
             }
@@ -494,34 +512,6 @@ impl ProgressLog {
             }
             Some(_) => {}
         }
-    }
-}
-
-/// A small LRU of query vectors.
-#[derive(Default)]
-struct QueryCache {
-    map: HashMap<String, (Arc<Vec<f32>>, u64)>,
-    tick: u64,
-}
-
-impl QueryCache {
-    fn get(&mut self, text: &str) -> Option<Arc<Vec<f32>>> {
-        self.tick += 1;
-        let tick = self.tick;
-        self.map.get_mut(text).map(|(v, t)| {
-            *t = tick;
-            v.clone()
-        })
-    }
-
-    fn put(&mut self, text: &str, v: Arc<Vec<f32>>) {
-        self.tick += 1;
-        if self.map.len() >= QUERY_CACHE
-            && let Some(oldest) = self.map.iter().min_by_key(|(_, (_, t))| *t).map(|(k, _)| k.clone())
-        {
-            self.map.remove(&oldest);
-        }
-        self.map.insert(text.to_string(), (v, self.tick));
     }
 }
 

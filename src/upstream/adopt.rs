@@ -1,7 +1,8 @@
 //! Taking over a backend session another replica opened (`[sessions]` with a `secret`).
 //!
-//! rmcp's client always starts a session with the initialize handshake. [`AdoptingClient`] is
-//! the HTTP client under one per-client upstream session: given a stored session (its id and
+//! rmcp's client always starts a session with the initialize handshake. [`OwnSessionClient`] is
+//! the HTTP client under one per-client upstream session: it adds the caller's headers to every
+//! request ([`super::identity`]), and given a stored session (its id and
 //! the backend's initialize answer), it answers the handshake itself, with the stored answer
 //! and id, so that every later request carries the stored id to the backend. A backend that no
 //! longer knows the id answers 404, and rmcp's client starts a fresh session (its
@@ -23,6 +24,8 @@ use rmcp::transport::streamable_http_client::{
 };
 use serde::{Deserialize, Serialize};
 use sse_stream::{Error as SseError, Sse};
+
+use super::identity::CallerHeaders;
 
 /// A backend session as the store keeps it (sealed: see `session::shared`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,15 +66,16 @@ impl Adoption {
     }
 }
 
-/// `reqwest::Client`, as rmcp's client uses it, with the handshake answered from the store when
-/// there is a stored session to take over.
+/// `reqwest::Client`, as rmcp's client uses it, with the caller's headers filled in on every
+/// request and the handshake answered from the store when there is a stored session to take over.
 #[derive(Clone)]
-pub struct AdoptingClient {
+pub struct OwnSessionClient {
     pub inner: reqwest::Client,
     pub adoption: Arc<Adoption>,
+    pub caller: CallerHeaders,
 }
 
-impl StreamableHttpClient for AdoptingClient {
+impl StreamableHttpClient for OwnSessionClient {
     type Error = reqwest::Error;
 
     async fn post_message(
@@ -121,6 +125,7 @@ impl StreamableHttpClient for AdoptingClient {
             // The backend heard it when the session began.
             return Ok(StreamableHttpPostResponse::Accepted);
         }
+        let custom_headers = self.caller.fill(custom_headers);
         let response = self
             .inner
             .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
@@ -145,7 +150,7 @@ impl StreamableHttpClient for AdoptingClient {
         if self.adoption.keep.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await
+        self.inner.delete_session(uri, session_id, auth_header, self.caller.fill(custom_headers)).await
     }
 
     async fn get_stream(
@@ -156,7 +161,7 @@ impl StreamableHttpClient for AdoptingClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await
+        self.inner.get_stream(uri, session_id, last_event_id, auth_header, self.caller.fill(custom_headers)).await
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -174,7 +179,7 @@ impl StreamableHttpClient for AdoptingClient {
                 session_id,
                 last_event_id,
                 auth_header,
-                custom_headers,
+                self.caller.fill(custom_headers),
                 max_sse_event_size,
             )
             .await

@@ -23,6 +23,7 @@
 pub mod adopt;
 pub mod children;
 mod client;
+pub mod identity;
 mod session;
 
 use std::collections::HashMap;
@@ -45,9 +46,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::text::server_label;
 use crate::config::{BackendConfig, Protocol, SessionMode, Transport};
+use crate::telemetry::Trace;
 
 pub use client::UpstreamClient;
-pub use session::{ClientUpstreams, Identity, InUse};
+pub use identity::{Identity, LiveIdentity};
+pub use session::{ClientUpstreams, InUse};
 
 /// First and last reconnect delays.
 const BACKOFF_START: Duration = Duration::from_millis(200);
@@ -82,19 +85,54 @@ pub enum CallError {
     NotConnected { backend: String },
     #[error("backend `{backend}` did not answer within {}", humantime::format_duration(*after))]
     Timeout { backend: String, after: Duration },
-    #[error("backend `{backend}` lost its connection during the call: {detail}")]
-    ConnectionLost { backend: String, detail: String },
+    /// What went wrong is logged (secrets in URLs redacted), never sent to the client.
+    #[error("backend `{backend}` lost its connection during the call; try again shortly")]
+    ConnectionLost { backend: String },
     #[error("the call was cancelled by the client")]
     Cancelled,
     #[error(
         "backend `{backend}` already runs {max} instances, one per client session (backends[].max_instances); try again when another session ends"
     )]
     AtCapacity { backend: String, max: usize },
-    #[error("backend `{backend}` could not open a session for this client: {detail}")]
-    SessionFailed { backend: String, detail: String },
+    /// What went wrong is logged (secrets in URLs redacted), never sent to the client.
+    #[error("backend `{backend}` could not open a session for this client; try again shortly")]
+    SessionFailed { backend: String },
     /// The backend answered with a JSON-RPC error.
     #[error("backend `{backend}` returned an error: {}", error.message)]
     Remote { backend: String, error: ErrorData },
+}
+
+/// A request the backend is still working on. Dropped before it was answered or cancelled (the
+/// future awaiting it given up: a parked call that expired, a client that went away), it sends
+/// the backend `notifications/cancelled`, so that abandoned work ends there too.
+struct Outstanding {
+    peer: Arc<Peer<RoleClient>>,
+    /// `None` once answered or cancelled.
+    id: Option<RequestId>,
+}
+
+impl Outstanding {
+    fn answered(&mut self) {
+        self.id = None;
+    }
+
+    async fn cancel(&mut self, reason: &str) {
+        if let Some(id) = self.id.take() {
+            let _ = self.peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason.into()))).await;
+        }
+    }
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let reason = "abandoned at the gateway: its client went away or did not answer in time";
+            let _ = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason.into()))).await;
+        });
+    }
 }
 
 /// The connection one request travels on: the gateway's shared one, or a client's own session.
@@ -320,9 +358,9 @@ impl Backend {
                 }
                 Err(err) => {
                     let first = !self.tried.swap(true, Ordering::AcqRel);
-                    *self.last_error.lock().expect("last error") =
-                        Some((format!("{err:#}"), std::time::SystemTime::now()));
-                    tracing::warn!(backend = self.name(), error = %format!("{err:#}"), retry_in = ?backoff, "backend unavailable");
+                    let error = crate::redact::urls(&format!("{err:#}"));
+                    tracing::warn!(backend = self.name(), %error, retry_in = ?backoff, "backend unavailable");
+                    *self.last_error.lock().expect("last error") = Some((error, std::time::SystemTime::now()));
                     if first {
                         self.bump();
                     }
@@ -414,54 +452,44 @@ impl Backend {
     async fn connect(&self) -> anyhow::Result<(RunningService<RoleClient, UpstreamClient>, Listing)> {
         let conn = session::next_conn();
         let handler = UpstreamClient::new(self.name().to_string(), conn, Some(self.relist.clone()), self.relay.clone());
-        let service = self.open(handler, None, None).await?;
+        let service = self.open(handler, None).await?;
         let listing = list_everything(service.peer()).await?;
         Ok((service, listing))
     }
 
     /// Opens a connection (initialize or discover) with `handler` on the gateway's side, for one
-    /// client's `identity` or (`None`) the gateway's own. Headers that carry the caller's
-    /// identity are filled in from it, and left out of the gateway's own connection.
+    /// client (`own`: its identity and the adoption state of its session) or (`None`) the
+    /// gateway's own. Headers that carry the caller's identity are filled in on every request
+    /// of a client's connection, and left out of the gateway's own. Every header is sent as
+    /// configured (rmcp's `auth_header` would prefix `Bearer ` to any value).
     async fn open(
         &self,
         mut handler: UpstreamClient,
-        identity: Option<&Identity>,
-        adoption: Option<Arc<adopt::Adoption>>,
+        own: Option<(&LiveIdentity, Arc<adopt::Adoption>)>,
     ) -> anyhow::Result<RunningService<RoleClient, UpstreamClient>> {
         let service = match &self.config.transport {
             Transport::Http { url, headers } => {
                 use rmcp::transport::StreamableHttpClientTransport;
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-                let mut cfg = StreamableHttpClientTransportConfig::with_uri(url.as_str());
-                let mut custom = HashMap::new();
+                let mut fixed = HashMap::new();
+                let mut per_caller = Vec::new();
                 for (k, v) in headers {
-                    let filled;
-                    let v = match identity {
-                        _ if !crate::config::carries_identity(v) => v,
-                        None => continue,
-                        Some(id) => {
-                            filled = v
-                                .replace(crate::config::CLIENT_PRINCIPAL, &id.principal)
-                                .replace(crate::config::CLIENT_TOKEN, id.token.as_deref().unwrap_or_default());
-                            &filled
-                        }
-                    };
-                    if k.eq_ignore_ascii_case("authorization") {
-                        let token = v.strip_prefix("Bearer ").unwrap_or(v);
-                        cfg = cfg.auth_header(token.to_string());
+                    let name = http::HeaderName::try_from(k.as_str())?;
+                    if crate::config::carries_identity(v) {
+                        per_caller.push((name, v.clone()));
                     } else {
-                        custom
-                            .insert(http::HeaderName::try_from(k.as_str())?, http::HeaderValue::try_from(v.as_str())?);
+                        fixed.insert(name, http::HeaderValue::try_from(v.as_str())?);
                     }
                 }
-                let cfg = cfg.custom_headers(custom);
-                match adoption {
+                let cfg = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(fixed);
+                match own {
                     None => {
                         let transport = StreamableHttpClientTransport::with_client(self.http_client()?, cfg);
                         handler.serve_with_lifecycle(transport, self.lifecycle()).await?
                     }
-                    Some(adoption) => {
-                        let client = adopt::AdoptingClient { inner: self.http_client()?, adoption };
+                    Some((identity, adoption)) => {
+                        let caller = identity::CallerHeaders::new(identity.clone(), per_caller);
+                        let client = adopt::OwnSessionClient { inner: self.http_client()?, adoption, caller };
                         let transport = StreamableHttpClientTransport::with_client(client, cfg);
                         handler.serve_with_lifecycle(transport, self.lifecycle()).await?
                     }
@@ -505,10 +533,8 @@ impl Backend {
     }
 
     fn other_kind_of_result(&self) -> CallError {
-        CallError::ConnectionLost {
-            backend: self.name().to_string(),
-            detail: "the backend answered with another kind of result".into(),
-        }
+        tracing::warn!(backend = self.name(), "the backend answered with another kind of result");
+        CallError::ConnectionLost { backend: self.name().to_string() }
     }
 
     /// Tells the supervisor a call saw the connection fail.
@@ -529,7 +555,9 @@ impl Backend {
                     Some(conn) => conn.closed.cancel(),
                     None => self.mark_suspect(),
                 }
-                CallError::ConnectionLost { backend, detail: other.to_string() }
+                let error = crate::redact::urls(&other.to_string());
+                tracing::warn!(%backend, %error, "a request to the backend failed on its connection");
+                CallError::ConnectionLost { backend }
             }
         }
     }
@@ -584,7 +612,9 @@ impl Backend {
         }
         let handle = peer.send_request_with_option(request, options).await.map_err(|e| self.map_error(link, e))?;
         on_sent(&handle.id, &handle.progress_token);
-        let id = handle.id.clone();
+        // From here until an answer, the backend is working for us: a call abandoned on the way
+        // (its client gone, its parked wait expired, the gateway stopping) tells it so.
+        let mut outstanding = Outstanding { peer: peer.clone(), id: Some(handle.id.clone()) };
         let timeout = self.config.timeout;
         let outcome = tokio::select! {
             _ = ct.cancelled() => Err(CallError::Cancelled),
@@ -593,6 +623,10 @@ impl Backend {
                 Ok(r) => r.map_err(|e| self.map_error(link, e)),
             },
         };
+        if !matches!(outcome, Err(CallError::Cancelled | CallError::Timeout { .. })) {
+            // Answered (with a result or an error), or the connection is gone.
+            outstanding.answered();
+        }
         match outcome {
             Ok(ServerResult::CallToolResult(r)) => Ok(Answer::Complete(r)),
             Ok(ServerResult::InputRequiredResult(r)) => Ok(Answer::InputRequired(r)),
@@ -604,7 +638,7 @@ impl Backend {
                 } else {
                     "timed out at the gateway"
                 };
-                let _ = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason.into()))).await;
+                outstanding.cancel(reason).await;
                 Err(e)
             }
             Err(e) => Err(e),
@@ -710,45 +744,6 @@ async fn list_everything(peer: &Peer<RoleClient>) -> anyhow::Result<Listing> {
         });
     }
     Ok(Listing { server, tools, resources, templates, prompts })
-}
-
-/// A client's W3C trace context (SEP-414), carried to the backend in the request's `_meta`.
-#[derive(Debug, Clone, Default)]
-pub struct Trace {
-    pub traceparent: Option<String>,
-    pub tracestate: Option<String>,
-    pub baggage: Option<String>,
-}
-
-impl Trace {
-    /// The trace context of a client request: its `_meta`, else its HTTP headers.
-    pub fn of(ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>) -> Self {
-        let headers = ctx.extensions.get::<http::request::Parts>().map(|p| &p.headers);
-        let header = |name: &str| headers.and_then(|h| h.get(name)).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        Trace {
-            traceparent: ctx.meta.get_traceparent().map(str::to_owned).or_else(|| header("traceparent")),
-            tracestate: ctx.meta.get_tracestate().map(str::to_owned).or_else(|| header("tracestate")),
-            baggage: ctx.meta.get_baggage().map(str::to_owned).or_else(|| header("baggage")),
-        }
-    }
-
-    /// Puts the trace context in a forwarded request's `_meta`: toolmux's own span when it is
-    /// exported (the `otlp` feature, [`crate::telemetry::current`]), else the client's as given.
-    fn apply(&self, meta: &mut RequestMetaObject) {
-        let (parent, state) = match crate::telemetry::current() {
-            Some((parent, state)) => (Some(parent), state),
-            None => (self.traceparent.clone(), self.tracestate.clone()),
-        };
-        if let Some(v) = parent {
-            meta.set_traceparent(v);
-        }
-        if let Some(v) = state {
-            meta.set_tracestate(v);
-        }
-        if let Some(v) = &self.baggage {
-            meta.set_baggage(v.clone());
-        }
-    }
 }
 
 /// Every configured backend. The set changes only on a reload ([`Upstream::add`],

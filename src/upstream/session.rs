@@ -22,13 +22,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::adopt::{Adoption, StoredUpstream};
 use super::client::{Relay, UpstreamClient};
+use super::identity::{Identity, LiveIdentity};
 use super::{Backend, CONNECT_TIMEOUT, CallError, Link};
 
 /// One client session's upstream sessions, by backend.
 pub struct ClientUpstreams {
     relay: Arc<dyn Relay>,
-    /// Who the client is, for backends whose headers carry the caller's identity.
-    identity: Identity,
+    /// Who the client is, for backends whose headers carry the caller's identity: replaced by
+    /// each request that presents a new credential, read by every request to the backend.
+    identity: LiveIdentity,
     idle: Duration,
     slots: Mutex<HashMap<String, Slot>>,
     /// The client's `logging/setLevel`, applied to sessions opened later too.
@@ -41,14 +43,6 @@ pub struct ClientUpstreams {
     adoptable: Mutex<HashMap<String, StoredUpstream>>,
     /// The gateway's "leave backend sessions to other replicas" flag.
     keep: Arc<AtomicBool>,
-}
-
-/// The caller behind a client session, as its upstream sessions present it to backends that ask
-/// for it (`${client.principal}`, `${client.token}` in their headers).
-#[derive(Clone, Default)]
-pub struct Identity {
-    pub principal: String,
-    pub token: Option<Arc<str>>,
 }
 
 /// One backend's upstream session for one client: locked while it is being opened, so that
@@ -103,10 +97,10 @@ pub fn next_conn() -> u64 {
 impl ClientUpstreams {
     /// `relay` carries what these sessions' backends send to the one client they serve.
     /// `keep` is the gateway's "leave backend sessions to other replicas" flag.
-    pub fn new(relay: Arc<dyn Relay>, idle: Duration, identity: Identity, keep: Arc<AtomicBool>) -> Self {
+    pub fn new(relay: Arc<dyn Relay>, idle: Duration, keep: Arc<AtomicBool>) -> Self {
         Self {
             relay,
-            identity,
+            identity: LiveIdentity::default(),
             idle,
             slots: Mutex::default(),
             level: Mutex::new(None),
@@ -114,6 +108,11 @@ impl ClientUpstreams {
             adoptable: Mutex::default(),
             keep,
         }
+    }
+
+    /// The caller as backends see it from the next request on.
+    pub fn set_identity(&self, principal: String, token: Option<Arc<str>>) {
+        self.identity.store(Arc::new(Identity { principal, token }));
     }
 
     /// Offers a backend session another replica opened for this client session: the next
@@ -174,12 +173,15 @@ impl ClientUpstreams {
         let id = super::session::next_conn();
         // List changes are the gateway's own connection's business: it hears them too.
         let handler = UpstreamClient::new(name.clone(), id, None, self.relay.clone());
-        let failed = |detail: String| CallError::SessionFailed { backend: name.clone(), detail };
-        let adoption = (!backend.is_stdio()).then(|| {
-            let stored = self.adoptable.lock().expect("adoptable lock").remove(&name);
-            Adoption::new(stored, self.keep.clone())
-        });
-        let opened = backend.open(handler, Some(&self.identity), adoption.clone());
+        let failed = |detail: String| {
+            let error = crate::redact::urls(&detail);
+            tracing::warn!(backend = %name, %error, "a backend session for a client could not be opened");
+            CallError::SessionFailed { backend: name.clone() }
+        };
+        let stored = self.adoptable.lock().expect("adoptable lock").remove(&name);
+        let adoption = Adoption::new(stored.filter(|_| !backend.is_stdio()), self.keep.clone());
+        let opened = backend.open(handler, Some((&self.identity, adoption.clone())));
+        let adoption = (!backend.is_stdio()).then_some(adoption);
         let service = match tokio::time::timeout(CONNECT_TIMEOUT, opened).await {
             Err(_) => return Err(failed(format!("no answer within {}", humantime::format_duration(CONNECT_TIMEOUT)))),
             Ok(Err(e)) => return Err(failed(format!("{e:#}"))),

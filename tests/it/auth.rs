@@ -106,7 +106,7 @@ async fn a_session_answers_404_to_any_other_principal() {
 async fn policy_scopes_tools_resources_and_calls_per_principal() {
     let kit = http_backend("testkit").await;
     let web = http_backend("fetch").await;
-    let digest = |t: &str| toolmux::embed::files::hex(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
+    let digest = |t: &str| base16ct::lower::encode_string(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
     let auth = format!(
         "[auth]\nmode = \"bearer\"\n\
          [[auth.tokens]]\nprincipal = \"alice\"\ngroups = [\"dev\"]\nsha256 = \"{}\"\n\
@@ -458,5 +458,122 @@ async fn a_reload_rotates_bearer_tokens_under_open_sessions() {
     assert!(!done.auth);
     assert!(alice.try_request("tools/list", json!({})).await.unwrap_err().contains("401"), "tokens still required");
     assert_eq!(post(&app, None, None, &initialize()).await.0, 401);
+    app.shutdown().await;
+}
+
+fn claims_in(sub: &str, groups: &[&str], iat: u64) -> Value {
+    json!({"iss": "https://idp.test", "aud": "toolmux", "sub": sub, "groups": groups, "exp": now() + 300, "iat": iat})
+}
+
+/// A tool call by `name` through the mode's surface: the tool's text, or the error that refused it.
+async fn try_call(s: &RawSession, mode: &str, name: &str, args: Value) -> Result<String, String> {
+    let (tool, arguments) = match mode {
+        "optimizer" => ("call_tool", json!({"tool_name": name, "parameters": args})),
+        _ => (name, args),
+    };
+    let r = s.try_request("tools/call", json!({"name": tool, "arguments": arguments})).await?;
+    let text = r["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    if r["isError"] == json!(true) { Err(text) } else { Ok(text) }
+}
+
+/// A session is its caller's as each request presents it: a token re-issued with fewer groups
+/// loses the denied tools on the very next request of the open session, and a refreshed token
+/// is what the caller's own backend session sends from the next call on.
+async fn a_sessions_rights_follow_each_requests_token_in(mode: &str) {
+    let key = SigningKey::load(Algorithm::RS256);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let jwks_url = format!("http://{}/jwks", listener.local_addr().unwrap());
+    serve_jwks(listener, vec![key.jwk()]).await;
+    let kit = http_backend("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n\
+         [auth]\nmode = \"jwt\"\n[auth.jwt]\nissuer = \"https://idp.test\"\naudiences = [\"toolmux\"]\njwks_url = \"{jwks_url}\"\n\
+         [[policy]]\ngroups = [\"dev\"]\nbackends = [\"kit\"]\ntools = [\"echo\", \"whoami\"]\n\
+         [[policy]]\ngroups = [\"admin\"]\nbackends = [\"kit\"]\ntools = [\"*\"]\n\
+         {}session = \"per_client\"\n[backends.headers]\nAuthorization = \"Bearer ${{client.token}}\"\n",
+        http_backend_toml("kit", &kit.url)
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let wide = key.sign(&claims_in("alice", &["dev", "admin"], now()));
+    let s = RawSession::open_as(&url, Some(&wide)).await;
+    let sleep = json!({"ms": 0});
+    assert_eq!(try_call(&s, mode, "kit_sleep", sleep.clone()).await, Ok("slept 0 ms".into()), "{mode}: admin may");
+    let whoami = try_call(&s, mode, "kit_whoami", json!({})).await.unwrap();
+    assert_eq!(whoami, format!("user= authorization=Bearer {wide}"), "{mode}");
+    if mode == "passthrough" {
+        let tools = s.request("tools/list", json!({})).await.to_string();
+        assert!(tools.contains("kit_sleep"), "{mode}: {tools}");
+    }
+
+    // The same principal, re-issued without `admin`: the same session, from this request on.
+    let narrow = key.sign(&claims_in("alice", &["dev"], now() - 1));
+    let s = s.presented(&url, Some(&narrow));
+    let refused = try_call(&s, mode, "kit_sleep", sleep.clone()).await.unwrap_err();
+    assert!(refused.contains("tool not found: kit_sleep"), "{mode}: {refused}");
+    if mode == "passthrough" {
+        let tools = s.request("tools/list", json!({})).await.to_string();
+        assert!(!tools.contains("kit_sleep") && tools.contains("kit_echo"), "{mode}: {tools}");
+    } else {
+        let found = s.call("find_tool", json!({"tool_description": "sleep for some milliseconds"})).await.to_string();
+        assert!(!found.contains("kit_sleep"), "{mode}: find_tool must not name it: {found}");
+    }
+    // ... and the backend is sent the token this request presented.
+    let whoami = try_call(&s, mode, "kit_whoami", json!({})).await.unwrap();
+    assert_eq!(whoami, format!("user= authorization=Bearer {narrow}"), "{mode}");
+
+    // Groups given back: the tool is back, on the same session.
+    let again = key.sign(&claims_in("alice", &["admin", "dev"], now() - 2));
+    let s = s.presented(&url, Some(&again));
+    assert_eq!(try_call(&s, mode, "kit_sleep", sleep).await, Ok("slept 0 ms".into()), "{mode}");
+    // Another principal's token is still a 404, whatever its groups.
+    let bob = s.presented(&url, Some(&key.sign(&claims_in("bob", &["dev", "admin"], now()))));
+    let err = bob.try_request("tools/list", json!({})).await.unwrap_err();
+    assert!(err.contains("404"), "{mode}: {err}");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_sessions_rights_follow_each_requests_token() {
+    a_sessions_rights_follow_each_requests_token_in("passthrough").await;
+}
+
+#[tokio::test]
+async fn a_sessions_rights_follow_each_requests_token_through_call_tool() {
+    a_sessions_rights_follow_each_requests_token_in("optimizer").await;
+}
+
+/// Headers go to the backend exactly as configured: `Basic` stays Basic (it used to be sent as
+/// `Bearer Basic …`).
+#[tokio::test]
+async fn a_configured_authorization_header_is_sent_as_it_is() {
+    let kit = http_backend("testkit").await;
+    let backend =
+        format!("{}[backends.headers]\nAuthorization = \"Basic dXNlcjpwdw==\"\n", http_backend_toml("kit", &kit.url));
+    let app = passthrough("", &backend).await;
+    let (c, _) = client(&app).await;
+    assert_eq!(text(&call(&c, "kit_whoami", json!({})).await), "user= authorization=Basic dXNlcjpwdw==");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+/// A backend URL's secrets (`?api_key=…`, `user:pw@`) reach neither `/status` nor a client.
+#[tokio::test]
+async fn a_backends_url_secrets_are_not_shown() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let down = http_backend_toml("down", &format!("http://user:pw-s3cret@127.0.0.1:{port}/mcp?api_key=s3cret"));
+    let kit = http_backend("testkit").await;
+    let app = passthrough("", &format!("{down}{}", http_backend_toml("kit", &kit.url))).await;
+    let url = format!("http://{}/status", app.addr.unwrap());
+    let status = || async { reqwest::get(&url).await.unwrap().text().await.unwrap() };
+    assert!(
+        eventually(Duration::from_secs(10), || async { status().await.contains("?***") }).await,
+        "the error is shown, redacted: {}",
+        status().await
+    );
+    let shown = status().await;
+    assert!(!shown.contains("s3cret"), "{shown}");
     app.shutdown().await;
 }

@@ -241,7 +241,7 @@ pub fn bearer_auth(tokens: &[&str]) -> String {
 pub fn bearer_tokens(tokens: &[&str]) -> String {
     let mut toml = String::from("[auth]\nmode = \"bearer\"\n");
     for t in tokens {
-        let digest = toolmux::embed::files::hex(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
+        let digest = base16ct::lower::encode_string(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
         toml += &format!("[[auth.tokens]]\nprincipal = \"{t}\"\nsha256 = \"{digest}\"\n");
     }
     toml

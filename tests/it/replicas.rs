@@ -543,7 +543,7 @@ async fn a_rebuilt_session_keeps_its_level_and_subscriptions() {
     let stored = || async {
         let mut c = redis.client().get_multiplexed_async_connection().await.unwrap();
         let digest = <sha2::Sha256 as sha2::Digest>::digest(s.id.as_bytes());
-        let key = format!("toolmux:session:{}", toolmux::embed::files::hex(&digest));
+        let key = format!("toolmux:session:{}", base16ct::lower::encode_string(&digest));
         redis::cmd("HGETALL").arg(key).query_async::<HashMap<String, String>>(&mut c).await.unwrap()
     };
     let fields = stored().await;

@@ -227,3 +227,31 @@ async fn a_stateless_backends_list_change_reaches_the_gateway() {
     c.cancel().await.unwrap();
     app.shutdown().await;
 }
+
+/// A parked call whose client never comes back is not left running at the backend: when its wait
+/// expires (the backend's timeout), the backend gets `notifications/cancelled` for it.
+#[tokio::test]
+async fn an_abandoned_parked_call_is_cancelled_at_the_backend() {
+    let kit = http_backend("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n[[backends]]\nname = \"kit\"\nurl = \"{}\"\ntimeout = \"1s\"\n",
+        kit.url
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let c = answering_stateless_client(&app, "alice").await;
+    let r = c.peer().call_tool_once(ask("passthrough", 1)).await.unwrap();
+    assert!(matches!(r, CallToolResponse::InputRequired(_)), "parked: {r:?}");
+    assert_eq!(app.gateway.parked.len(), 1);
+    let observer = session_client(&app).await;
+    let cancelled = || async { text(&call(&observer, "kit_cancelled_calls", json!({})).await) };
+    assert_eq!(cancelled().await, "0", "still waiting for its client");
+    // The client never retries.
+    let ended = eventually(std::time::Duration::from_secs(10), || async {
+        app.gateway.parked.is_empty() && cancelled().await == "1"
+    })
+    .await;
+    assert!(ended, "the expired call was cancelled at the backend: {} cancelled", cancelled().await);
+    c.cancel().await.unwrap();
+    observer.cancel().await.unwrap();
+    app.shutdown().await;
+}

@@ -167,7 +167,7 @@ async fn find_tool_says_how_well_it_matched_and_serves_each_part_of_a_request() 
 /// `[auth]` with two bearer tokens: `chat-only` (principal `chat`, which policy limits to the
 /// slack backend) and `everything` (principal `ops`, every backend).
 fn two_principals() -> String {
-    let digest = |t: &str| toolmux::embed::files::hex(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
+    let digest = |t: &str| base16ct::lower::encode_string(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
     format!(
         "[auth]\nmode = \"bearer\"\n\
          [[auth.tokens]]\nprincipal = \"chat\"\nsha256 = \"{}\"\n\

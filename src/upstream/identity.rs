@@ -1,0 +1,85 @@
+//! The caller behind a client's own upstream sessions, as backends that ask for it see it
+//! (`${client.principal}`, `${client.token}` in a backend's `headers`).
+//!
+//! The identity is live: each request of the client session presents its caller's credential
+//! ([`crate::session::SessionHandle::present`]), and every HTTP request to the backend fills the
+//! headers from the identity as it is then ([`CallerHeaders::fill`]). So a refreshed token
+//! reaches the backend on the next call, and an expired one is never sent again after its
+//! replacement was seen. Headers are sent exactly as configured: `Authorization = "Basic …"`
+//! stays Basic.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use http::{HeaderName, HeaderValue};
+
+use crate::config::{CLIENT_PRINCIPAL, CLIENT_TOKEN};
+
+/// Who the client is.
+#[derive(Clone, Default)]
+pub struct Identity {
+    pub principal: String,
+    pub token: Option<Arc<str>>,
+}
+
+/// One client session's identity, shared by all its upstream sessions and replaced whole.
+pub type LiveIdentity = Arc<ArcSwap<Identity>>;
+
+/// A backend's headers that carry the caller's identity, with the identity to fill them from.
+#[derive(Clone)]
+pub struct CallerHeaders {
+    live: LiveIdentity,
+    templates: Arc<[(HeaderName, String)]>,
+}
+
+impl CallerHeaders {
+    pub fn new(live: LiveIdentity, templates: Vec<(HeaderName, String)>) -> Self {
+        Self { live, templates: templates.into() }
+    }
+
+    /// `headers` with the caller's headers added, filled from the identity as it is now.
+    pub fn fill(&self, mut headers: HashMap<HeaderName, HeaderValue>) -> HashMap<HeaderName, HeaderValue> {
+        if self.templates.is_empty() {
+            return headers;
+        }
+        let id = self.live.load();
+        for (name, template) in self.templates.iter() {
+            let filled = template
+                .replace(CLIENT_PRINCIPAL, &id.principal)
+                .replace(CLIENT_TOKEN, id.token.as_deref().unwrap_or_default());
+            match HeaderValue::try_from(filled) {
+                Ok(v) => {
+                    headers.insert(name.clone(), v);
+                }
+                // A principal or token that cannot be a header value is left out, not mangled.
+                Err(_) => tracing::warn!(header = %name, "a caller header could not be filled; it is not sent"),
+            }
+        }
+        headers
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_follow_the_identity_and_keep_their_scheme() {
+        let live: LiveIdentity =
+            Arc::new(ArcSwap::from_pointee(Identity { principal: "alice".into(), token: Some(Arc::from("t1")) }));
+        let headers = CallerHeaders::new(
+            live.clone(),
+            vec![
+                (HeaderName::from_static("authorization"), "Basic ${client.token}".into()),
+                (HeaderName::from_static("x-user"), "${client.principal}".into()),
+            ],
+        );
+        let (authorization, user) = (HeaderName::from_static("authorization"), HeaderName::from_static("x-user"));
+        let first = headers.fill(HashMap::new());
+        assert_eq!(first[&authorization], "Basic t1");
+        assert_eq!(first[&user], "alice");
+        live.store(Arc::new(Identity { principal: "alice".into(), token: Some(Arc::from("t2")) }));
+        assert_eq!(headers.fill(HashMap::new())[&authorization], "Basic t2");
+    }
+}
