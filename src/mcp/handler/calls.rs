@@ -1,0 +1,313 @@
+//! A forwarded tool call, from the request to its answer: the tool looked up in the caller's
+//! snapshot, the breaker and the session's call limit, the connection, the backend's input
+//! rounds (answered by a session client, or parked for a session-less one), and the relayed
+//! notifications that trail it.
+
+use std::sync::Arc;
+
+use rmcp::ErrorData;
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, InputRequests, InputRequiredResult};
+use rmcp::service::{RequestContext, RoleServer};
+
+use super::{Completed, GatewayHandler, call_error};
+use crate::config::Mode;
+use crate::mcp::meta;
+use crate::mcp::relay::{Ask, CallClient, Relayed};
+use crate::mcp::rounds::{self, Parked, PendingCall, Retry};
+use crate::session::Snapshot;
+use crate::telemetry::Trace;
+use crate::upstream::{Answer, CallError};
+
+/// Scheduler turns given to trailing backend notifications after a call's result arrives.
+const RELAY_SETTLE_YIELDS: usize = 4;
+
+impl GatewayHandler {
+    /// Forwards the call of the tool exposed as `name` in `snap`, or answers why it cannot be.
+    pub(super) async fn forward_call(
+        &self,
+        snap: &Snapshot,
+        name: &str,
+        mut params: CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let _inflight = self.gw.inflight.token();
+        let caller = self.caller(ctx);
+        let stateless = self.session.get().is_none();
+        // A session-less client's retry of a call parked here, with its answers.
+        if stateless && let Some(state) = params.request_state.as_deref().filter(|s| Parked::is_ours(s)) {
+            let Some(mut call) = self.gw.parked.take(state, &caller) else {
+                return self.refuse(format!(
+                    "requestState `{state}` names no call waiting for input (it expired, was answered, or is another client's); call {name} again without requestState"
+                ));
+            };
+            rounds::answer_asks(&mut call, params.input_responses.take().unwrap_or_default());
+            return self.drive(call, ctx).await;
+        }
+        let Some(tool) = snap.tool(name) else {
+            let close = self.closest_names(snap, name).await;
+            let fix = match close.as_slice() {
+                [] => String::new(),
+                [one] => format!(" Did you mean {one}?"),
+                [init @ .., last] => format!(" Did you mean {} or {last}?", init.join(", ")),
+            };
+            return match self.gw.mode {
+                Mode::Optimizer => Ok(meta::error_result(format!(
+                    "tool not found: {name}.{fix} Call call_tool again with an exact name, or use find_tool to search for the tool you need."
+                ))
+                .into()),
+                Mode::Passthrough => Err(ErrorData::invalid_params(format!("tool not found: {name}.{fix}"), None)),
+            };
+        };
+        let Some(backend) = self.gw.upstream.get(&tool.key.backend) else {
+            return Ok(meta::error_result(format!("tool not found: {name}")).into());
+        };
+        if let Err(retry) = self.gw.health.call_gate(backend.name()) {
+            self.gw.metrics.tool_call(backend.name(), "breaker_open", std::time::Duration::ZERO);
+            return Ok(meta::error_result(format!(
+                "backend `{}` is unavailable: its circuit breaker opened after repeated failures; it will be retried in {} s. Use another tool or try again later.",
+                backend.name(),
+                retry.as_secs().max(1)
+            ))
+            .into());
+        }
+        // A place among the session's running calls, then the connection to use.
+        let permit = match self.session.get() {
+            Some(s) => match s.calls.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    let max = self.gw.limits.max_calls_per_session;
+                    return Ok(meta::error_result(format!(
+                        "this session already has {max} calls running (server.max_calls_per_session); wait for one to finish, then call {name} again"
+                    ))
+                    .into());
+                }
+            },
+            None => None,
+        };
+        let link = match self.link(&backend).await {
+            Ok(l) => l,
+            Err(e) => return call_error(self.gw.mode, e).map(|r| r.completed().into()),
+        };
+        if link.is_own() {
+            self.record_upstream(ctx, backend.name()).await;
+        }
+        params.name = tool.key.tool.to_string().into();
+        // rmcp moves the request's `_meta` into the context, and gives the forwarded request a
+        // progress token of its own; the relay maps that one back to the client's. A client
+        // without a session cannot be sent the backend's requests: they come back here as asks.
+        let (asks_tx, asks) = if stateless {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let client = CallClient {
+            session: self.session.get().map(|s| s.id),
+            peer: ctx.peer.clone(),
+            request: ctx.id.clone(),
+            token: ctx.meta.get_progress_token(),
+            level: self.session.get().map(|s| s.level.clone()),
+        };
+        let (guard, relayed) = self.gw.relay.begin_call(link.conn, client, asks_tx);
+        // What the client can do: from its request (2026-07-28) or its session's initialize.
+        let client = ctx.meta.client_capabilities().or_else(|| ctx.peer.peer_info().map(|i| i.capabilities.clone()));
+        let mut call = PendingCall {
+            backend,
+            link,
+            permit,
+            caller,
+            params,
+            client,
+            call: Box::pin(std::future::pending()),
+            guard: Arc::new(guard),
+            relayed,
+            asks,
+            waiting: Default::default(),
+            ct: self.gw.call_token(),
+            rounds: 0,
+            started: std::time::Instant::now(),
+            trace: Trace::of(ctx),
+        };
+        call.start();
+        let span = tracing::info_span!("backend_call", backend = call.backend.name(), upstream = call.link.conn);
+        tracing::Instrument::instrument(self.drive(call, ctx), span).await
+    }
+
+    /// Runs a forwarded call to its end for this request: relays its notifications, answers a
+    /// 2026-07-28 backend's input rounds by asking a session client, and parks it (answering
+    /// input-required) when the backend asks a session-less client for input.
+    pub(super) async fn drive(
+        &self,
+        mut call: PendingCall,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let outcome = loop {
+            tokio::select! {
+                _ = ctx.ct.cancelled(), if !call.ct.is_cancelled() => call.ct.cancel(),
+                r = &mut call.call => match r {
+                    Ok(Answer::InputRequired(asked)) if self.session.get().is_some() => {
+                        call.rounds += 1;
+                        if call.rounds > rounds::MAX_ROUNDS {
+                            return Ok(too_many_rounds(call.backend.name()).into());
+                        }
+                        let requests = asked.input_requests.unwrap_or_default();
+                        let responses = match rounds::fulfil(&ctx.peer, &ctx.id, requests).await {
+                            Ok(r) => r,
+                            Err(e) => {
+                                let backend = call.backend.name();
+                                let why = format!("backend `{backend}` needed input from you that could not be had: {}", e.message);
+                                return Ok(meta::error_result(why).into());
+                            }
+                        };
+                        call.params = call.params.clone().answered(responses, asked.request_state);
+                        call.start();
+                    }
+                    other => break other,
+                },
+                Some(n) = call.relayed.recv() => n.send(&ctx.peer).await,
+                Some(ask) = next_ask(&mut call.asks) => {
+                    if let Some(ask) = call.refuse_undeclared(ask) {
+                        return Ok(self.park(call, ask, ctx).await);
+                    }
+                }
+            }
+        };
+        // rmcp hands notifications to spawned tasks, so the last ones can trail the response by
+        // a scheduling step: let them land, and pass them on before the result.
+        settle(&mut call.relayed, &ctx.peer).await;
+        let label = match &outcome {
+            Ok(Answer::Complete(r)) if r.is_error == Some(true) => "is_error",
+            Ok(_) => "ok",
+            Err(CallError::Timeout { .. }) => "timeout",
+            Err(CallError::Cancelled) => "cancelled",
+            Err(CallError::NotConnected { .. } | CallError::AtCapacity { .. } | CallError::SessionFailed { .. }) => {
+                "unavailable"
+            }
+            Err(CallError::ConnectionLost { .. } | CallError::Remote { .. }) => "error",
+        };
+        self.gw.metrics.tool_call(call.backend.name(), label, call.started.elapsed());
+        match outcome {
+            Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+            // A 2026-07-28 backend's own round, for a client that speaks it: unchanged.
+            Ok(Answer::InputRequired(r)) => Ok(CallToolResponse::InputRequired(r)),
+            Err(e) => {
+                if matches!(
+                    e,
+                    CallError::ConnectionLost { .. } | CallError::Timeout { .. } | CallError::NotConnected { .. }
+                ) {
+                    self.gw.health.call_failed(call.backend.name());
+                }
+                call_error(self.gw.mode, e).map(|r| r.completed().into())
+            }
+        }
+    }
+
+    /// Hands the backend's requests (`first` and any issued with it) to a session-less client as
+    /// an input-required result, and parks the call until the client retries with its answers.
+    pub(super) async fn park(
+        &self,
+        mut call: PendingCall,
+        first: Ask,
+        ctx: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let mut asks = vec![first];
+        // Requests a backend issues together arrive a scheduling step apart: take them all.
+        for _ in 0..RELAY_SETTLE_YIELDS {
+            tokio::task::yield_now().await;
+            while let Some(a) = call.asks.as_mut().and_then(|r| r.try_recv().ok()) {
+                asks.push(a);
+            }
+        }
+        settle(&mut call.relayed, &ctx.peer).await;
+        call.rounds += 1;
+        if call.rounds > rounds::MAX_ROUNDS {
+            for a in asks {
+                let _ = a.reply.send(Err(ErrorData::internal_error("too many rounds of input", None)));
+            }
+            return too_many_rounds(call.backend.name()).into();
+        }
+        let mut requests = InputRequests::new();
+        for (i, ask) in asks.into_iter().enumerate() {
+            let key = format!("input_{}_{}", call.rounds, i + 1);
+            requests.insert(key.clone(), ask.request.clone());
+            call.waiting.insert(key, ask);
+        }
+        let ttl = call.backend.config.timeout;
+        let backend = call.backend.name().to_string();
+        match self.gw.parked.park(call, ttl) {
+            Some(state) => InputRequiredResult::new(Some(requests), Some(state)).into(),
+            None => meta::error_result(format!(
+                "backend `{backend}` needs input from you, but {} calls are already waiting for their clients' answers; try again shortly",
+                rounds::MAX_PARKED
+            ))
+            .into(),
+        }
+    }
+
+    /// Sends a resource or prompt request, and repeats it with a 2026-07-28 backend's input
+    /// requests answered by a session client until it completes (or [`rounds::MAX_ROUNDS`]). A
+    /// session-less client gets the backend's input-required result unchanged.
+    pub(super) async fn with_rounds<P, T, F, Fut>(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        backend: &str,
+        params: P,
+        send: F,
+    ) -> Result<Answer<T>, CallError>
+    where
+        P: rounds::Retry + Clone,
+        F: Fn(P) -> Fut,
+        Fut: Future<Output = Result<Answer<T>, CallError>>,
+    {
+        let mut answer = send(params.clone()).await?;
+        if self.session.get().is_none() {
+            return Ok(answer);
+        }
+        for _ in 0..rounds::MAX_ROUNDS {
+            let Answer::InputRequired(asked) = answer else { return Ok(answer) };
+            let responses = match asked.input_requests {
+                Some(requests) => rounds::fulfil(&ctx.peer, &ctx.id, requests)
+                    .await
+                    .map_err(|error| CallError::Remote { backend: backend.to_string(), error })?,
+                None => Default::default(),
+            };
+            answer = send(params.clone().answered(responses, asked.request_state)).await?;
+        }
+        match answer {
+            Answer::Complete(_) => Ok(answer),
+            Answer::InputRequired(_) => Err(CallError::Remote {
+                backend: backend.to_string(),
+                error: ErrorData::internal_error(too_many_rounds_text(backend), None),
+            }),
+        }
+    }
+}
+
+/// The next backend request for a session-less client's call (never, for a session's).
+async fn next_ask(asks: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Ask>>) -> Option<Ask> {
+    match asks {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Passes on notifications that trail a call's last message by a scheduling step or two.
+async fn settle(relayed: &mut tokio::sync::mpsc::UnboundedReceiver<Relayed>, peer: &rmcp::service::Peer<RoleServer>) {
+    for _ in 0..RELAY_SETTLE_YIELDS {
+        tokio::task::yield_now().await;
+        while let Ok(n) = relayed.try_recv() {
+            n.send(peer).await;
+        }
+    }
+}
+
+fn too_many_rounds_text(backend: &str) -> String {
+    format!(
+        "backend `{backend}` asked for input more than {} times in one call; the call was stopped",
+        rounds::MAX_ROUNDS
+    )
+}
+
+fn too_many_rounds(backend: &str) -> CallToolResult {
+    meta::error_result(too_many_rounds_text(backend))
+}

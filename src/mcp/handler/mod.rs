@@ -1,0 +1,487 @@
+//! The MCP server one client talks to. rmcp makes one [`GatewayHandler`] per session (protocol
+//! 2025-11-25) or per request (2026-07-28, stateless); either way every request loads one
+//! snapshot and uses it to the end.
+//!
+//! Logging (`logging/setLevel`, log notifications) is deprecated by SEP-2577 but still what
+//! 2025-11-25 clients and backends use, so the gateway carries it.
+//!
+//! Errors reach the wire through the `*_error` functions at the bottom: each internal error kind
+//! maps to exactly one JSON-RPC error or tool result.
+//!
+//! This file holds the handler's state, what every request goes through ([`GatewayHandler::measured`]:
+//! the caller's credential, metrics, the span) and the dispatch of each MCP method. The work is
+//! in one file per concern:
+//! - `search`: find_tool, and the names offered for a tool that is not found;
+//! - `calls`: forwarding a tool call, its input rounds, parking a session-less client's call;
+//! - `resources`: resources, templates, prompts and subscriptions, by the backend that serves them;
+//! - `lifecycle`: a session's level, its record in the shared store, and its rebuild on another replica.
+
+#![expect(deprecated, reason = "logging is relayed as 2025-11-25 peers use it")]
+
+use std::sync::{Arc, OnceLock};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType, ServerCapabilities, ServerConfig,
+};
+use rmcp::model::{
+    CompleteRequestParams, CompleteResult, CompletionInfo, Reference, SetLevelRequestParams, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams,
+};
+use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
+use rmcp::{ErrorData, ServerHandler};
+
+use super::gateway::Gateway;
+use super::meta::{self, CALL_TOOL, FIND_TOOL};
+use crate::config::Mode;
+use crate::session::shared::{Change, Restored, SessionKey};
+use crate::session::{Access, Caller, SessionHandle, Snapshot};
+use crate::upstream::{Answer, Backend, CallError, Link};
+
+mod calls;
+mod lifecycle;
+mod resources;
+mod search;
+
+pub struct GatewayHandler {
+    gw: Arc<Gateway>,
+    /// Set at initialize; stays empty for stateless requests.
+    session: OnceLock<Arc<SessionHandle>>,
+    /// The backend session id last recorded in the shared store, by backend (`None`: not sealed).
+    upstreams_recorded: std::sync::Mutex<std::collections::HashMap<String, Option<String>>>,
+}
+
+impl GatewayHandler {
+    pub fn new(gw: Arc<Gateway>) -> Self {
+        Self { gw, session: OnceLock::new(), upstreams_recorded: Default::default() }
+    }
+
+    fn snapshot(&self, ctx: &RequestContext<RoleServer>) -> Arc<Snapshot> {
+        match self.session.get() {
+            Some(s) => self.gw.session_snapshot(s),
+            None => self.gw.scope_for(&self.caller_of(ctx)),
+        }
+    }
+
+    fn advertisable_backends(&self) -> impl Iterator<Item = Arc<Backend>> + '_ {
+        let backends = self.gw.upstream.backends();
+        (0..backends.len()).map(move |i| backends[i].clone()).filter(|b| self.gw.advertisable(b.name()))
+    }
+
+    /// Advertisable backends whose resources and prompts `caller` may use (the whole backend).
+    fn usable_backends<'a>(&'a self, caller: &'a Caller) -> impl Iterator<Item = Arc<Backend>> + 'a {
+        let policy = self.gw.policy();
+        self.advertisable_backends().filter(move |b| policy.backend(caller, b.name()) == Access::All)
+    }
+
+    /// The connection a request to `backend` travels on: this session's own upstream session
+    /// for a `per_client` backend (opened now if need be), else the gateway's shared one.
+    async fn link(&self, backend: &Arc<Backend>) -> Result<Link, CallError> {
+        match self.session.get().and_then(|s| s.upstreams()) {
+            Some(upstreams) => upstreams.link(backend).await,
+            None => backend.shared_link(),
+        }
+    }
+
+    /// The caller the HTTP edge authenticated; over stdio, `auth.stdio_principal`.
+    fn caller_of(&self, ctx: &RequestContext<RoleServer>) -> Caller {
+        match ctx.extensions.get::<http::request::Parts>() {
+            Some(parts) => parts.extensions.get::<Caller>().cloned().unwrap_or_else(Caller::anonymous),
+            None => self.gw.local_caller.clone(),
+        }
+    }
+
+    /// Who is asking: the session's caller (as this request presented it, see
+    /// [`Self::measured`]), or the request's for a client without a session.
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Caller {
+        self.session.get().map_or_else(|| self.caller_of(ctx), |s| (*s.caller()).clone())
+    }
+
+    /// Runs one MCP request's handling and counts it in the metrics by method and outcome.
+    async fn measured<T>(
+        &self,
+        method: &'static str,
+        context: &RequestContext<RoleServer>,
+        handling: impl std::future::Future<Output = Result<T, ErrorData>>,
+    ) -> Result<T, ErrorData> {
+        use tracing::Instrument;
+        // Every request's own credential decides what it may do: the session takes its groups
+        // and token before anything is looked up (over HTTP; stdio has one caller throughout).
+        if let Some(session) = self.session.get()
+            && context.extensions.get::<http::request::Parts>().is_some()
+        {
+            self.gw.present(session, &self.caller_of(context));
+        }
+        let session = self.session.get().map(|s| s.id);
+        let span = tracing::info_span!("mcp_request", method, session, tool = tracing::field::Empty);
+        crate::telemetry::adopt(&span, context);
+        async move {
+            let at = std::time::Instant::now();
+            let result = handling.await;
+            self.gw.metrics.request(method, result.is_ok(), at.elapsed());
+            // Logged once, here, with the request's span fields.
+            if let Err(e) = &result {
+                tracing::info!(code = e.code.0, error = %e.message, "request answered with an error");
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// A tool error in optimizer mode; a JSON-RPC invalid-params error in passthrough mode.
+    fn refuse(&self, message: String) -> Result<CallToolResponse, ErrorData> {
+        match self.gw.mode {
+            Mode::Optimizer => Ok(meta::error_result(message).into()),
+            Mode::Passthrough => Err(ErrorData::invalid_params(message, None)),
+        }
+    }
+}
+
+/// The session id the HTTP edge found on the request.
+fn session_key(context: &RequestContext<RoleServer>) -> Option<&SessionKey> {
+    context.extensions.get::<http::request::Parts>()?.extensions.get::<SessionKey>()
+}
+
+impl ServerHandler for GatewayHandler {
+    fn get_info(&self) -> ServerConfig {
+        let mut caps = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .build();
+        if self.gw.mode == Mode::Optimizer {
+            caps.tools = Some(Default::default());
+        }
+        ServerConfig::new(caps)
+            .with_server_info(Implementation::new("toolmux", env!("CARGO_PKG_VERSION")))
+            .with_instructions(match self.gw.mode {
+                Mode::Optimizer => "Tools are found on demand: call find_tool with the capability you need, then call_tool with the name it returns.",
+                Mode::Passthrough => "Every backend tool is listed; names carry the backend they come from.",
+            })
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        self.measured("initialize", &context, async {
+            context.peer.set_peer_info(request.clone());
+            let session = self.gw.open_session(self.caller_of(&context), Some(context.peer.clone()));
+            let _ = self.session.set(session.clone());
+            let restored =
+                context.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<Restored>());
+            if let Some(Restored(record)) = restored {
+                self.resume(&session, record, &context).await;
+            }
+            self.negotiate_initialize(&request)
+        })
+        .await
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        self.measured("tools/list", &context, async {
+            let tools = match self.gw.mode {
+                Mode::Optimizer => vec![meta::find_tool(self.gw.find_tool_description.as_deref()), meta::call_tool()],
+                Mode::Passthrough => self.snapshot(&context).tools().map(|t| t.tool.clone()).collect(),
+            };
+            Ok(ListToolsResult::with_all_items(tools))
+        })
+        .await
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.measured("tools/call", &context, async {
+        let snap = self.snapshot(&context);
+        let result = match self.gw.mode {
+            Mode::Passthrough => {
+                let name = request.name.to_string();
+                tracing::Span::current().record("tool", name.as_str());
+                return self.forward_call(&snap, &name, request, &context).await;
+            }
+            Mode::Optimizer => match request.name.as_ref() {
+                FIND_TOOL => self.find_tool(request.arguments.as_ref(), &snap).await,
+                CALL_TOOL => match meta::parse_call(request.arguments.as_ref()) {
+                    Err(msg) => meta::error_result(msg),
+                    Ok(args) => {
+                        tracing::Span::current().record("tool", args.tool_name.as_str());
+                        // A retry's answers and state travel on the outer call_tool request.
+                        let mut inner =
+                            CallToolRequestParams::new(args.tool_name.clone()).with_arguments(args.parameters);
+                        inner.input_responses = request.input_responses;
+                        inner.request_state = request.request_state;
+                        return self.forward_call(&snap, &args.tool_name, inner, &context).await;
+                    }
+                },
+                other => meta::error_result(format!(
+                    "unknown tool `{other}`: this gateway offers find_tool (to search) and call_tool (to run what find_tool returns)"
+                )),
+            },
+        };
+        Ok(result.completed().into())
+        })
+        .await
+    }
+
+    /// This session's level: log messages below it are not passed on, and its own upstream
+    /// sessions are told. Shared connections are not: that would change what others hear.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.measured("logging/setLevel", &context, async {
+            let Some(session) = self.session.get() else { return Ok(()) };
+            self.apply_level(session, request.level).await;
+            if let Some(name) = lifecycle::level_name(request.level) {
+                self.record(&context, Change::Level(name)).await;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn complete(
+        &self,
+        mut request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.measured("completion/complete", &context, async {
+            let caller = self.caller(&context);
+            let owner = match &mut request.r#ref {
+                Reference::Prompt(p) => {
+                    self.prompts(&caller).into_iter().find(|(e, _, _)| e.name == p.name).map(|(_, b, original)| {
+                        p.name = original;
+                        b
+                    })
+                }
+                Reference::Resource(r) => self.resource_owner(&caller, &r.uri.clone()),
+                _ => None,
+            };
+            let Some(backend) = owner else {
+                return Ok(CompleteResult::new(CompletionInfo::default()));
+            };
+            let link = self.link(&backend).await.map_err(wire_error)?;
+            backend.complete(&link, request, &context.ct).await.map(Completed::completed).map_err(wire_error)
+        })
+        .await
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.measured("resources/subscribe", &context, async {
+            let uri = request.uri.clone();
+            self.subscribe_to(request, &self.caller(&context), &context).await?;
+            self.record(&context, Change::Subscribed(uri)).await;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.measured("resources/unsubscribe", &context, async {
+            self.record(&context, Change::Unsubscribed(request.uri.clone())).await;
+            let Some(backend) = self.resource_owner(&self.caller(&context), &request.uri) else {
+                self.gw.relay.unsubscribe(&request.uri, &context.peer);
+                return Ok(());
+            };
+            let link = self.link(&backend).await.map_err(wire_error)?;
+            // On a shared connection the subscription is dropped only when no session wants it.
+            if link.is_own() || self.gw.relay.unsubscribe(&request.uri, &context.peer) {
+                backend.unsubscribe(&link, request, &context.ct).await.map_err(wire_error)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    fn accepted_subscription_filter(&self, _requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// A stateless caller's `subscriptions/listen`: in passthrough mode, `tools/list_changed`
+    /// whenever that caller's visible tool list changes (optimizer mode's two tools never do).
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let caller = self.caller_of(context.request_context());
+        let mut epochs = self.gw.subscribe_scopes();
+        // What the listener was last told, as a number: a long-lived stream pins no generation.
+        let mut current = self.gw.scope_for(&caller).listed();
+        loop {
+            tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                r = epochs.changed() => if r.is_err() { return Ok(()) },
+            }
+            let next = self.gw.scope_for(&caller).listed();
+            if self.gw.mode == Mode::Passthrough && current != next {
+                if context.sink().notify_tool_list_changed().await.is_err() {
+                    return Ok(());
+                }
+                self.gw.counters.list_changed_sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            current = next;
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.measured("resources/list", &context, async {
+            let caller = self.caller(&context);
+            let out = self.merged(&caller, |l| &l.resources, |r| r.uri.clone());
+            Ok(ListResourcesResult::with_all_items(out))
+        })
+        .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.measured("resources/templates/list", &context, async {
+            let caller = self.caller(&context);
+            let out = self.merged(&caller, |l| &l.templates, |t| t.uri_template.clone());
+            Ok(ListResourceTemplatesResult::with_all_items(out))
+        })
+        .await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.measured("resources/read", &context, async {
+            let uri = request.uri.clone();
+            let Some(backend) = self.resource_owner(&self.caller(&context), &uri) else {
+                return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
+            };
+            let link = self.link(&backend).await.map_err(wire_error)?;
+            let answer = self
+                .with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct))
+                .await;
+            match answer {
+                Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+                Ok(Answer::InputRequired(r)) => Ok(r.into()),
+                Err(e) => Err(wire_error(e)),
+            }
+        })
+        .await
+    }
+
+    async fn list_prompts(
+        &self,
+        _r: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.measured("prompts/list", &context, async {
+            let prompts = self.prompts(&self.caller(&context));
+            Ok(ListPromptsResult::with_all_items(prompts.into_iter().map(|(p, _, _)| p).collect()))
+        })
+        .await
+    }
+
+    async fn get_prompt(
+        &self,
+        mut request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.measured("prompts/get", &context, async {
+            let prompts = self.prompts(&self.caller(&context));
+            let Some((_, backend, original)) = prompts.into_iter().find(|(p, _, _)| p.name == request.name) else {
+                return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
+            };
+            request.name = original;
+            let link = self.link(&backend).await.map_err(wire_error)?;
+            let answer = self
+                .with_rounds(&context, backend.name(), request, |p| backend.get_prompt(&link, p, &context.ct))
+                .await;
+            match answer {
+                Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+                Ok(Answer::InputRequired(r)) => Ok(r.into()),
+                Err(e) => Err(wire_error(e)),
+            }
+        })
+        .await
+    }
+}
+
+/// A relayed result marked `resultType: "complete"`, which the 2026-07-28 schema requires of
+/// every result. A backend on an older revision sends none; rmcp strips the mark again for
+/// clients that negotiated an older revision, so it is safe to set for everyone.
+trait Completed {
+    fn completed(self) -> Self;
+}
+
+macro_rules! completed {
+    ($($t:ty),*) => {$(
+        impl Completed for $t {
+            fn completed(mut self) -> Self {
+                self.result_type.get_or_insert(ResultType::COMPLETE);
+                self
+            }
+        }
+    )*};
+}
+
+completed!(CallToolResult, ReadResourceResult, GetPromptResult, CompleteResult);
+
+/// A failed forwarded tool call, as the client sees it.
+fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {
+    match e {
+        // The backend's own JSON-RPC error: passthrough carries it as it is; in optimizer mode
+        // the model gets its text as a tool error it can act on.
+        CallError::Remote { error, backend } => match mode {
+            Mode::Passthrough => Err(error),
+            Mode::Optimizer => {
+                Ok(meta::error_result(format!("backend `{backend}` rejected the call: {}", error.message)))
+            }
+        },
+        CallError::Cancelled => Err(ErrorData::internal_error("the request was cancelled", None)),
+        e @ (CallError::NotConnected { .. }
+        | CallError::Timeout { .. }
+        | CallError::ConnectionLost { .. }
+        | CallError::AtCapacity { .. }
+        | CallError::SessionFailed { .. }) => Ok(meta::error_result(e.to_string())),
+    }
+}
+
+/// A failed forwarded resource or prompt request. No wildcard arm: a new kind of failure must
+/// be given its wire form here.
+fn wire_error(e: CallError) -> ErrorData {
+    match e {
+        // The backend's own JSON-RPC error, as it sent it.
+        CallError::Remote { error, .. } => error,
+        CallError::Cancelled => ErrorData::internal_error("the request was cancelled", None),
+        // Each of these names the backend and nothing it said (see `CallError`).
+        e @ (CallError::NotConnected { .. }
+        | CallError::Timeout { .. }
+        | CallError::ConnectionLost { .. }
+        | CallError::AtCapacity { .. }
+        | CallError::SessionFailed { .. }) => ErrorData::internal_error(e.to_string(), None),
+    }
+}

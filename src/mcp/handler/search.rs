@@ -1,0 +1,119 @@
+//! find_tool over a caller's snapshot, and the names offered for a tool that is not in it.
+
+use std::collections::HashSet;
+
+use rmcp::model::{CallToolResult, Tool};
+
+use super::GatewayHandler;
+use crate::index::{AllowList, Slot};
+use crate::mcp::meta::{self, TokenMetrics, Unavailable};
+use crate::session::Snapshot;
+use crate::store::{Query, Ranker};
+
+impl GatewayHandler {
+    /// find_tool over `snap` (also used by `toolmux find`).
+    pub async fn find_tool(&self, args: Option<&rmcp::model::JsonObject>, snap: &Snapshot) -> CallToolResult {
+        let args = match meta::parse_find(args) {
+            Ok(a) => a,
+            Err(msg) => return meta::error_result(msg),
+        };
+        // Checked before anything is tokenised or cached: the model reads 256 word pieces
+        // (about a thousand characters) and ignores the rest anyway.
+        let max = self.gw.max_query_chars;
+        let description_chars = args.description.chars().count();
+        let keyword_chars: usize = args.keywords.iter().map(|k| k.chars().count() + 1).sum();
+        if description_chars > max {
+            return meta::error_result(format!(
+                "tool_description is {description_chars} characters; the limit is {max} (optimizer.max_query_chars). Describe the capability you need in a sentence or two."
+            ));
+        }
+        if keyword_chars > max {
+            return meta::error_result(format!(
+                "tool_keywords add up to {keyword_chars} characters; the limit is {max} (optimizer.max_query_chars). Give a few distinctive words."
+            ));
+        }
+        let query = Query { description: args.description, keywords: args.keywords };
+        let n = self.gw.max_tools;
+        let generation = &snap.generation;
+        let result = self.gw.store.search(generation, &snap.allow, &query, n, Ranker::Fused).await;
+        self.gw.metrics.find_tool(&result);
+        let tools: Vec<&Tool> = result.hits.iter().map(|h| &generation.catalog.tools()[h.slot as usize].tool).collect();
+        let returned: u64 = result.hits.iter().map(|h| generation.catalog.tools()[h.slot as usize].tokens).sum();
+        let unavailable = self.unavailable(snap, &query, &result.hits).await;
+        let mode =
+            serde_json::to_value(result.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let matched = meta::Match {
+            verdict: result.verdict,
+            scores: result.similarity,
+            non_english: crate::catalog::text::mostly_non_latin(&query.description),
+        };
+        meta::find_result(tools, &matched, TokenMetrics::new(snap.baseline_tokens, returned), &mode, unavailable)
+    }
+
+    /// Up to three names in `snap` (never outside it) closest to an unknown `name`: the nearest
+    /// by edit distance, then the best keyword matches for the words of the name.
+    pub(super) async fn closest_names(&self, snap: &Snapshot, name: &str) -> Vec<String> {
+        const MAX: usize = 3;
+        /// Normalised similarity from which a name counts as a typo of another.
+        const TYPO: f64 = 0.7;
+        let wanted = name.to_lowercase();
+        let mut near: Vec<(f64, &str)> = snap
+            .tools()
+            .map(|t| t.tool.name.as_ref())
+            .map(|n| (strsim::normalized_damerau_levenshtein(&wanted, &n.to_lowercase()), n))
+            .filter(|(score, _)| *score >= TYPO)
+            .collect();
+        near.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
+        let mut out: Vec<String> = near.into_iter().take(MAX).map(|(_, n)| n.to_string()).collect();
+        if out.len() < MAX {
+            let words = name.replace(['_', '-', '.', '/'], " ");
+            let query = Query { description: words, keywords: Vec::new() };
+            let generation = &snap.generation;
+            let found = self.gw.store.search(generation, &snap.allow, &query, MAX, Ranker::KeywordOnly).await;
+            for hit in found.hits {
+                let n = generation.catalog.tools()[hit.slot as usize].tool.name.to_string();
+                if out.len() < MAX && !out.contains(&n) {
+                    out.push(n);
+                }
+            }
+        }
+        out
+    }
+
+    /// Matches among tools whose backend is down: those that would rank with the returned ones.
+    pub(super) async fn unavailable(
+        &self,
+        snap: &Snapshot,
+        query: &Query,
+        returned: &[crate::index::Hit],
+    ) -> Vec<Unavailable> {
+        let generation = &snap.generation;
+        let tools = generation.catalog.tools();
+        // Only what the caller's policy allows: a tool it may not use is never named, down or not.
+        let Some(held_back) = &snap.held_back else { return Vec::new() };
+        let down: Vec<Slot> = held_back.iter().collect();
+        if down.is_empty() {
+            return Vec::new();
+        }
+        let union = AllowList::from_slots(tools.len(), snap.allow.iter().chain(down.iter().copied()));
+        let n = self.gw.max_tools;
+        let ranked = self.gw.store.search(generation, &union, query, n, Ranker::Fused).await;
+        let returned: HashSet<Slot> = returned.iter().map(|h| h.slot).collect();
+        ranked
+            .hits
+            .iter()
+            .filter(|h| !returned.contains(&h.slot) && !snap.allow.contains(h.slot))
+            .map(|h| {
+                let t = &tools[h.slot as usize];
+                let health = self.gw.health.health(&t.key.backend);
+                Unavailable {
+                    name: t.name().to_string(),
+                    backend: t.key.backend.to_string(),
+                    status: health.as_ref().map_or("unknown".into(), |h| format!("{:?}", h.status).to_lowercase()),
+                    since_secs: health.map_or(0, |h| h.since_secs),
+                    next_retry_secs: self.gw.health.retry_in(&t.key.backend).map(|d| d.as_secs()),
+                }
+            })
+            .collect()
+    }
+}
