@@ -78,6 +78,9 @@ pub fn router(
         owners: Default::default(),
         shared,
     });
+    if edge.shared.is_some() {
+        tokio::spawn(sweep_ended(edge.clone(), ct.child_token()));
+    }
     let gate =
         Arc::new(auth::Edge { auth: auth.1, resource_url: auth.0.resource_url.clone(), path: server.path.clone() });
     let checked = {
@@ -365,6 +368,25 @@ impl Edge {
             *response.status_mut() = StatusCode::OK;
         }
         response
+    }
+}
+
+/// Ends here, every [`SharedSessions::refresh_every`], the held sessions that a `DELETE` on
+/// another replica ended, whether or not they are in use: the bound docs/operations.md states.
+async fn sweep_ended(edge: Arc<Edge>, ct: CancellationToken) {
+    let Some(shared) = edge.shared.clone() else { return };
+    let mut tick = tokio::time::interval(shared.refresh_every());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ct.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let held: Vec<String> = edge.sessions.sessions.read().await.keys().map(|id| id.to_string()).collect();
+        for id in shared.ended_among(&held).await {
+            tracing::debug!("a session ended on another replica is ended here too");
+            let _ = edge.sessions.close_session(&id.into()).await;
+        }
     }
 }
 

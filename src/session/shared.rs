@@ -17,6 +17,13 @@
 //! after an outage, since a Redis that restarted may have lost every key). Fields are written
 //! one by one (`HSET`/`HDEL`), so two replicas serving one session in turn do not overwrite
 //! each other's changes.
+//!
+//! Every write bumps the record's `version`. A replica knows the version its copy is at: a
+//! change that finds the version moved by more than its own bump reads the record back (another
+//! replica changed it), and a whole write (the write-through after an outage, a record the store
+//! lost) replaces the record only if no other replica wrote it since; otherwise the store's
+//! record wins and this replica takes it. So a write-through never puts back a subscription
+//! another replica removed, nor an older level over a newer one.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
@@ -48,6 +55,8 @@ pub struct Record {
     /// Milliseconds since the Unix epoch.
     pub created_ms: u64,
     pub seen_ms: u64,
+    /// Bumped by every write (see the module's doc).
+    pub version: u64,
 }
 
 const PRINCIPAL: &str = "principal";
@@ -56,6 +65,7 @@ const REVISION: &str = "revision";
 const LEVEL: &str = "level";
 const CREATED: &str = "created";
 const SEEN: &str = "seen";
+const VERSION: &str = "version";
 const SUB: &str = "sub:";
 const UPSTREAM: &str = "upstream:";
 
@@ -83,6 +93,7 @@ impl Record {
                 .collect(),
             created_ms: number(CREATED),
             seen_ms: number(SEEN),
+            version: number(VERSION),
         })
     }
 }
@@ -163,6 +174,8 @@ pub struct SharedSessions {
 }
 
 struct Local {
+    /// The record's fields as this replica has them, `version` included (the store's version
+    /// this copy was last in step with).
     fields: Fields,
     /// Its last write failed (or the store lost it): write it whole when the store answers.
     dirty: bool,
@@ -175,6 +188,23 @@ const DOWN: u8 = 2;
 
 /// How often the write-through asks a store that is down whether it is back.
 const RETRY_EVERY: Duration = Duration::from_millis(500);
+
+/// Replaces a record whole (`KEYS[1]`) with the fields in `ARGV[3..]`, unless the session was
+/// ended (its marker `KEYS[2]` is there: -2) or another replica wrote it after version `ARGV[1]`
+/// (it is left as it is: -1). Otherwise the record gets the next version (past both its own and
+/// ours: a store that lost it starts from ours) and expires in `ARGV[2]` ms; the new version is
+/// returned.
+const WRITE_WHOLE: &str = r#"
+if redis.call('EXISTS', KEYS[2]) == 1 then return -2 end
+local stored = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+local base = tonumber(ARGV[1])
+if stored > base then return -1 end
+local next = math.max(stored, base) + 1
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'version', next, unpack(ARGV, 3))
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return next
+"#;
 /// Entries of the hand-over maps kept at most (each is taken by the next step of its request).
 const HANDOVER_LIMIT: usize = 4096;
 
@@ -302,27 +332,88 @@ impl SharedSessions {
             upstreams: BTreeMap::new(),
             created_ms: now,
             seen_ms: now,
+            version: 0,
         };
         let fields = Self::fields_of(&record);
-        let ok = self.write(id, &fields).await;
         self.local
             .lock()
             .expect("local lock")
-            .insert(id.to_string(), Local { fields, dirty: !ok, refreshed: Instant::now() });
+            .insert(id.to_string(), Local { fields, dirty: false, refreshed: Instant::now() });
+        self.write_through(id).await;
     }
 
-    /// Writes every field of a session and its expiry. Fields not named are left alone.
-    async fn write(&self, id: &str, fields: &Fields) -> bool {
+    /// Writes this replica's copy of session `id` whole, unless another replica wrote the record
+    /// since the copy's version: then the store's record replaces the copy. Returns false when
+    /// the store could not be asked (the copy is marked to be written later).
+    async fn write_through(&self, id: &str) -> bool {
+        let Some(fields) = self.local.lock().expect("local lock").get(id).map(|e| e.fields.clone()) else {
+            return true;
+        };
+        let base = fields.get(VERSION).cloned().unwrap_or_else(|| "0".into());
         let key = self.key(id);
-        let pairs: Vec<(&String, &String)> = fields.iter().collect();
         let mut pipe = redis::pipe();
-        pipe.atomic().hset_multiple(&key, &pairs).ignore().pexpire(&key, self.ttl_ms()).ignore();
-        self.run::<()>(&pipe).await.is_ok()
+        let eval =
+            pipe.cmd("EVAL").arg(WRITE_WHOLE).arg(2).arg(&key).arg(self.ended_key(id)).arg(&base).arg(self.ttl_ms());
+        for (k, v) in fields.iter().filter(|(k, _)| k.as_str() != VERSION) {
+            eval.arg(k).arg(v);
+        }
+        let written = match self.run::<(i64,)>(&pipe).await {
+            Ok((v,)) => v,
+            Err(_) => {
+                self.mark_dirty(id);
+                return false;
+            }
+        };
+        if written >= 0 {
+            if let Some(entry) = self.local.lock().expect("local lock").get_mut(id) {
+                entry.fields.insert(VERSION.into(), written.to_string());
+                entry.dirty = false;
+            }
+            return true;
+        }
+        if written == -2 {
+            // Ended on another replica meanwhile: not brought back (the sweep ends it here).
+            self.local.lock().expect("local lock").remove(id);
+            return true;
+        }
+        tracing::info!("a session changed on another replica since this one last wrote it; the store's record is kept");
+        self.reread(id).await
+    }
+
+    /// Replaces this replica's copy of session `id` with the store's record.
+    async fn reread(&self, id: &str) -> bool {
+        let record = match self.fetch(id).await {
+            Err(_) => {
+                self.mark_dirty(id);
+                return false;
+            }
+            Ok(r) => r,
+        };
+        let mut local = self.local.lock().expect("local lock");
+        match record {
+            Some(r) => {
+                if let Some(entry) = local.get_mut(id) {
+                    entry.fields = Self::fields_of(&r);
+                    entry.dirty = false;
+                }
+            }
+            // Ended (or expired) meanwhile: nothing to keep in step with.
+            None => {
+                local.remove(id);
+            }
+        }
+        true
+    }
+
+    fn mark_dirty(&self, id: &str) {
+        if let Some(entry) = self.local.lock().expect("local lock").get_mut(id) {
+            entry.dirty = true;
+        }
     }
 
     /// Applies `change` to the session `id` here and in the store.
     pub async fn change(&self, id: &str, change: Change) {
-        let (set, del, identity) = {
+        let (set, del, identity, version, dirty) = {
             let mut local = self.local.lock().expect("local lock");
             let Some(entry) = local.get_mut(id) else { return };
             let (set, del) = change.apply(&mut entry.fields);
@@ -331,8 +422,14 @@ impl SharedSessions {
                 .iter()
                 .filter_map(|k| entry.fields.get(*k).map(|v| (k.to_string(), v.clone())))
                 .collect();
-            (set, del, identity)
+            let version: i64 = entry.fields.get(VERSION).and_then(|v| v.parse().ok()).unwrap_or(0);
+            (set, del, identity, version, entry.dirty)
         };
+        if dirty {
+            // Changes made while the store was away go together, with the version check.
+            self.write_through(id).await;
+            return;
+        }
         let key = self.key(id);
         let mut pipe = redis::pipe();
         pipe.atomic();
@@ -342,10 +439,18 @@ impl SharedSessions {
         if let Some(field) = del {
             pipe.hdel(&key, field).ignore();
         }
-        pipe.pexpire(&key, self.ttl_ms()).ignore();
-        let ok = self.run::<()>(&pipe).await.is_ok();
-        if !ok && let Some(entry) = self.local.lock().expect("local lock").get_mut(id) {
-            entry.dirty = true;
+        pipe.hincr(&key, VERSION, 1).pexpire(&key, self.ttl_ms()).ignore();
+        match self.run::<(i64,)>(&pipe).await {
+            Err(_) => self.mark_dirty(id),
+            Ok((now,)) if now == version + 1 => {
+                if let Some(entry) = self.local.lock().expect("local lock").get_mut(id) {
+                    entry.fields.insert(VERSION.into(), now.to_string());
+                }
+            }
+            // Another replica wrote the record since this copy was in step: read it back.
+            Ok(_) => {
+                self.reread(id).await;
+            }
         }
     }
 
@@ -380,15 +485,34 @@ impl SharedSessions {
             let _ = self.run::<()>(&pipe).await;
         } else {
             // The store lost it (a restart without persistence, or eviction): write it again.
-            let fields = self.local.lock().expect("local lock").get(id).map(|e| e.fields.clone());
-            if let Some(fields) = fields
-                && !self.write(id, &fields).await
-                && let Some(entry) = self.local.lock().expect("local lock").get_mut(id)
-            {
-                entry.dirty = true;
-            }
+            self.write_through(id).await;
         }
         true
+    }
+
+    /// Which of the sessions `ids` (held here) were ended on another replica. One pipeline for
+    /// all; none when the store cannot say.
+    pub async fn ended_among(&self, ids: &[String]) -> Vec<String> {
+        if ids.is_empty() {
+            return Vec::new();
+        }
+        let mut pipe = redis::pipe();
+        for id in ids {
+            pipe.exists(self.ended_key(id));
+        }
+        let Ok(ended) = self.run::<Vec<bool>>(&pipe).await else { return Vec::new() };
+        let ended: Vec<String> = ids.iter().zip(ended).filter(|(_, e)| *e).map(|(id, _)| id.clone()).collect();
+        let mut local = self.local.lock().expect("local lock");
+        for id in &ended {
+            local.remove(id);
+        }
+        ended
+    }
+
+    /// How often a held session is checked for having been ended elsewhere, and pushes its
+    /// expiry back while in use: a quarter of the idle timeout, at most 5 s.
+    pub fn refresh_every(&self) -> Duration {
+        self.refresh_every
     }
 
     fn ended_key(&self, id: &str) -> String {
@@ -472,20 +596,11 @@ impl SharedSessions {
     }
 
     async fn flush(&self) {
-        let dirty: Vec<(String, Fields)> = self
-            .local
-            .lock()
-            .expect("local lock")
-            .iter()
-            .filter(|(_, e)| e.dirty)
-            .map(|(id, e)| (id.clone(), e.fields.clone()))
-            .collect();
-        for (id, fields) in dirty {
-            if !self.write(&id, &fields).await {
+        let dirty: Vec<String> =
+            self.local.lock().expect("local lock").iter().filter(|(_, e)| e.dirty).map(|(id, _)| id.clone()).collect();
+        for id in dirty {
+            if !self.write_through(&id).await {
                 return;
-            }
-            if let Some(entry) = self.local.lock().expect("local lock").get_mut(&id) {
-                entry.dirty = false;
             }
         }
         let ended: Vec<String> = self.ended.lock().expect("ended lock").iter().cloned().collect();
@@ -567,6 +682,7 @@ impl SharedSessions {
         fields.insert(CLIENT.into(), serde_json::to_string(&record.client).expect("initialize parameters serialise"));
         fields.insert(CREATED.into(), record.created_ms.to_string());
         fields.insert(SEEN.into(), now_ms().to_string());
+        fields.insert(VERSION.into(), record.version.to_string());
         if let Some(level) = &record.level {
             fields.insert(LEVEL.into(), level.clone());
         }
@@ -652,6 +768,7 @@ mod tests {
             upstreams: BTreeMap::from([("db".to_string(), "-".to_string())]),
             created_ms: 5,
             seen_ms: 0,
+            version: 7,
         };
         let fields: HashMap<String, String> = SharedSessions::fields_of(&record).into_iter().collect();
         let back = Record::from_fields(&fields).unwrap();
@@ -662,6 +779,7 @@ mod tests {
         assert_eq!(back.upstreams, record.upstreams);
         assert_eq!(back.created_ms, 5);
         assert!(back.seen_ms > 0);
+        assert_eq!(back.version, 7);
     }
 
     #[test]

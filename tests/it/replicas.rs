@@ -695,3 +695,145 @@ async fn backend_sessions_are_taken_over_with_a_secret() {
     t.call("kit_remember", json!({"value": "stays on f"})).await;
     assert_eq!(recall(&t.presented(&g.url, None)).await, "", "without a secret the backend session is not stored");
 }
+
+/// A TCP proxy to `target` on 127.0.0.1 that the test can cut: one replica's own way to Redis,
+/// so that it alone loses the store while the others keep it.
+struct Cuttable {
+    port: u16,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    /// Cancelled to drop every connection through it (a new one is made for each cut).
+    conns: Arc<Mutex<CancellationToken>>,
+    ct: CancellationToken,
+}
+
+impl Drop for Cuttable {
+    fn drop(&mut self) {
+        self.ct.cancel();
+    }
+}
+
+impl Cuttable {
+    async fn start(target: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let conns = Arc::new(Mutex::new(CancellationToken::new()));
+        let ct = CancellationToken::new();
+        let (o, c, stop) = (open.clone(), conns.clone(), ct.clone());
+        tokio::spawn(async move {
+            loop {
+                let mut inbound = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = listener.accept() => match r { Ok((s, _)) => s, Err(_) => continue },
+                };
+                if !o.load(Ordering::Acquire) {
+                    continue; // dropped: the connection closes at once
+                }
+                let cut = c.lock().unwrap().clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else { return };
+                    tokio::select! {
+                        _ = cut.cancelled() => {}
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                    }
+                });
+            }
+        });
+        Self { port, open, conns, ct }
+    }
+
+    fn cut(&self) {
+        self.open.store(false, Ordering::Release);
+        let mut conns = self.conns.lock().unwrap();
+        conns.cancel();
+        *conns = CancellationToken::new();
+    }
+
+    fn mend(&self) {
+        self.open.store(true, Ordering::Release);
+    }
+}
+
+/// A replica that lost the store while another changed a session writes its own changes through
+/// when the store is back, but only if no one wrote the record meanwhile: the other replica's
+/// newer level stays, and the subscription it removed is not put back.
+#[tokio::test]
+async fn a_write_through_keeps_another_replicas_newer_changes() {
+    let redis = Redis::start().await;
+    let proxy = Cuttable::start(redis.port).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(crate::conformance_server::serve(listener, false));
+    let dir = tempfile::tempdir().unwrap();
+    let config = |name: &str, redis_url: &str| {
+        let path = dir.path().join(name);
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
+             [sessions]\nstore = \"redis\"\nredis_url = \"{redis_url}\"\ntimeout = \"300ms\"\n{}",
+            http_backend_toml("conformance", &backend)
+        );
+        std::fs::write(&path, toml).unwrap();
+        path
+    };
+    // Replica a reaches Redis through the proxy; b directly.
+    let a = Served::start(&config("a.toml", &format!("redis://127.0.0.1:{}/0", proxy.port))).await;
+    let b = Served::start(&config("b.toml", &redis.url())).await;
+
+    let s = RawSession::open_url(&a.url).await;
+    s.request("resources/subscribe", json!({"uri": "test://watched-resource"})).await;
+    s.request("logging/setLevel", json!({"level": "info"})).await;
+    let stored = || async {
+        let mut c = redis.client().get_multiplexed_async_connection().await.unwrap();
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(s.id.as_bytes());
+        let key = format!("toolmux:session:{}", base16ct::lower::encode_string(&digest));
+        redis::cmd("HGETALL").arg(key).query_async::<HashMap<String, String>>(&mut c).await.unwrap()
+    };
+    assert!(stored().await.contains_key("sub:test://watched-resource"));
+
+    // a loses the store and changes the level: its write waits.
+    proxy.cut();
+    s.request("logging/setLevel", json!({"level": "debug"})).await;
+    let pending = |st: Value| st["sessions"]["store"]["pending_writes"].as_u64().unwrap_or(0);
+    assert!(pending(a.status().await) >= 1, "a's change waits for the store: {}", a.status().await);
+    // Meanwhile the session moves to b, which sets another level and drops the subscription.
+    let on_b = s.presented(&b.url, None);
+    on_b.request("logging/setLevel", json!({"level": "error"})).await;
+    on_b.request("resources/unsubscribe", json!({"uri": "test://watched-resource"})).await;
+    let newer = stored().await;
+    assert_eq!(newer.get("level").map(String::as_str), Some("error"), "{newer:?}");
+
+    // a gets the store back and writes through: b's record is newer, so it stays.
+    proxy.mend();
+    assert!(
+        eventually(Duration::from_secs(10), || async { pending(a.status().await) == 0 }).await,
+        "a writes through once the store answers: {}",
+        a.status().await
+    );
+    let after = stored().await;
+    assert_eq!(after.get("level").map(String::as_str), Some("error"), "b's newer level stays: {after:?}");
+    assert!(!after.contains_key("sub:test://watched-resource"), "the removed subscription stays removed: {after:?}");
+}
+
+/// A `DELETE` on one replica ends the session on another that holds it within the bound
+/// docs/operations.md states (5 s), though no request reaches that replica meanwhile.
+#[tokio::test]
+async fn a_session_ended_on_one_replica_ends_on_an_idle_one_within_the_bound() {
+    let redis = Redis::start().await;
+    let backends = Backends::start().await;
+    let config = backends.config("passthrough", &redis, "");
+    let a = Served::start(&config).await;
+    let b = Served::start(&config).await;
+    let s = RawSession::open_url(&a.url).await;
+    s.call("echo_echo", json!({"input": "hi"})).await;
+    let live = |st: Value| st["sessions"]["live"].as_u64().unwrap_or(u64::MAX);
+    assert_eq!(live(a.status().await), 1);
+    let on_b = s.presented(&b.url, None);
+    on_b.call("echo_echo", json!({"input": "on b"})).await;
+    let deleted = std::time::Instant::now();
+    assert_eq!(on_b.delete().await, 200);
+    // Only /status is asked of a: it does not touch the session.
+    let ended = eventually(Duration::from_secs(15), || async { live(a.status().await) == 0 }).await;
+    let took = deleted.elapsed();
+    assert!(ended, "the session is still held on a: {}", a.status().await);
+    assert!(took < Duration::from_secs(7), "ended on a after {took:?}, past the 5 s bound (and a second of slack)");
+}
