@@ -202,14 +202,14 @@ fn unsafe_auth_configs_are_errors_naming_the_key() {
 }
 
 /// A signing key from `tests/fixtures/jwt` and its public JWK (with `kid`).
-struct SigningKey {
+pub(crate) struct SigningKey {
     alg: Algorithm,
     kid: String,
     key: EncodingKey,
 }
 
 impl SigningKey {
-    fn load(alg: Algorithm) -> Self {
+    pub(crate) fn load(alg: Algorithm) -> Self {
         let (file, kid) = match alg {
             Algorithm::RS256 => ("rs256.pem", "rsa-1"),
             Algorithm::ES256 => ("es256.pem", "ec-1"),
@@ -226,20 +226,20 @@ impl SigningKey {
         Self { alg, kid: kid.into(), key }
     }
 
-    fn jwk(&self) -> Jwk {
+    pub(crate) fn jwk(&self) -> Jwk {
         let mut jwk = Jwk::from_encoding_key(&self.key, self.alg).unwrap();
         jwk.common.key_id = Some(self.kid.clone());
         jwk
     }
 
-    fn sign(&self, claims: &Value) -> String {
+    pub(crate) fn sign(&self, claims: &Value) -> String {
         let mut header = Header::new(self.alg);
         header.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&header, claims, &self.key).unwrap()
     }
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
 }
 
@@ -248,7 +248,7 @@ fn claims(sub: &str) -> Value {
 }
 
 /// Serves `keys` as a JWKS at `/jwks` on 127.0.0.1 (port 0); its URL.
-async fn serve_jwks(listener: tokio::net::TcpListener, keys: Vec<Jwk>) {
+pub(crate) async fn serve_jwks(listener: tokio::net::TcpListener, keys: Vec<Jwk>) {
     let set = serde_json::to_value(JwkSet { keys }).unwrap();
     let app = axum::Router::new().route("/jwks", axum::routing::get(move || async move { axum::Json(set) }));
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -461,7 +461,7 @@ async fn a_reload_rotates_bearer_tokens_under_open_sessions() {
     app.shutdown().await;
 }
 
-fn claims_in(sub: &str, groups: &[&str], iat: u64) -> Value {
+pub(crate) fn claims_in(sub: &str, groups: &[&str], iat: u64) -> Value {
     json!({"iss": "https://idp.test", "aud": "toolmux", "sub": sub, "groups": groups, "exp": now() + 300, "iat": iat})
 }
 

@@ -837,3 +837,51 @@ async fn a_session_ended_on_one_replica_ends_on_an_idle_one_within_the_bound() {
     assert!(ended, "the session is still held on a: {}", a.status().await);
     assert!(took < Duration::from_secs(7), "ended on a after {took:?}, past the 5 s bound (and a second of slack)");
 }
+
+/// The caller's groups follow each request's token on every replica: a session opened with a
+/// wide token on one replica and presented with a narrower one on another loses the denied tool
+/// there, and again on the first replica, which still held it with the wide groups.
+#[tokio::test]
+async fn a_shrunk_token_narrows_the_session_on_every_replica() {
+    use crate::auth::{SigningKey, claims_in, now, serve_jwks};
+    let redis = Redis::start().await;
+    let backends = Backends::start().await;
+    let key = SigningKey::load(jsonwebtoken::Algorithm::RS256);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let jwks_url = format!("http://{}/jwks", listener.local_addr().unwrap());
+    serve_jwks(listener, vec![key.jwk()]).await;
+    for mode in ["passthrough", "optimizer"] {
+        let config = backends.config(mode, &redis, "");
+        let auth = format!(
+            "[auth]\nmode = \"jwt\"\n[auth.jwt]\nissuer = \"https://idp.test\"\naudiences = [\"toolmux\"]\njwks_url = \"{jwks_url}\"\n\
+             [[policy]]\ngroups = [\"dev\"]\nbackends = [\"echo\"]\n\
+             [[policy]]\ngroups = [\"admin\"]\nbackends = [\"kit\"]\n"
+        );
+        std::fs::write(&config, std::fs::read_to_string(&config).unwrap() + &auth).unwrap();
+        let a = Served::start(&config).await;
+        let b = Served::start(&config).await;
+        let wide = key.sign(&claims_in("alice", &["dev", "admin"], now()));
+        let narrow = key.sign(&claims_in("alice", &["dev"], now() - 1));
+        let on_a = RawSession::open_as(&a.url, Some(&wide)).await;
+        assert_eq!(tool_text(&on_a, mode, "kit_echo").await, Ok("x".to_string()), "{mode}: admin may, on a");
+        let on_b = on_a.presented(&b.url, Some(&narrow));
+        assert_eq!(tool_text(&on_b, mode, "echo_echo").await, Ok("x".to_string()), "{mode}: dev may, on b");
+        let refused = tool_text(&on_b, mode, "kit_echo").await.unwrap_err();
+        assert!(refused.contains("tool not found: kit_echo"), "{mode}: on b: {refused}");
+        // Back on a, which holds the session from the wide token: the narrow one decides there too.
+        let back = on_a.presented(&a.url, Some(&narrow));
+        let refused = tool_text(&back, mode, "kit_echo").await.unwrap_err();
+        assert!(refused.contains("tool not found: kit_echo"), "{mode}: back on a: {refused}");
+    }
+}
+
+/// A tool's text through the mode's surface, or what refused it.
+async fn tool_text(s: &RawSession, mode: &str, name: &str) -> Result<String, String> {
+    let (tool, args) = match mode {
+        "optimizer" => ("call_tool", json!({"tool_name": name, "parameters": {"input": "x"}})),
+        _ => (name, json!({"input": "x"})),
+    };
+    let r = s.try_request("tools/call", json!({"name": tool, "arguments": args})).await?;
+    let text = r["content"][0]["text"].as_str().unwrap_or_default().to_string();
+    if r["isError"] == json!(true) { Err(text) } else { Ok(text) }
+}
