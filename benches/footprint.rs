@@ -66,7 +66,7 @@ fn measure_memory(cache_dir: &std::path::Path) {
     let gw = optimizer_gateway(store.clone());
     let sessions: Vec<_> = {
         let _rt = rt.enter();
-        (0..SESSIONS).map(|_| gw.open_session(Caller::anonymous(), None)).collect()
+        (0..SESSIONS).map(|_| gw.open_session(Caller::anonymous(), None, None)).collect()
     };
     let handler = toolmux::mcp::GatewayHandler::new(gw.clone());
     for (i, q) in query_texts.iter().take(50).enumerate() {

@@ -93,8 +93,8 @@ fn benches(c: &mut Criterion) {
     for tools in [1_000, 10_000] {
         let gw = gateway(&rt, tools, Arc::new(AllowAll));
         for sessions in [10, 100, 1_000] {
-            let handles: Vec<_> =
-                rt.block_on(async { (0..sessions).map(|_| gw.open_session(Caller::anonymous(), None)).collect() });
+            let handles: Vec<_> = rt
+                .block_on(async { (0..sessions).map(|_| gw.open_session(Caller::anonymous(), None, None)).collect() });
             let per_session = handles[0].snapshot().heap_bytes();
             eprintln!("{sessions} sessions over {tools} tools: {per_session} bytes per caller's snapshot");
             let embedded = gw.store.counters.texts_embedded.load(Ordering::Relaxed);
@@ -156,7 +156,7 @@ fn with_policy(c: &mut Criterion) {
     for (name, policy) in policies {
         let gw = gateway(&rt, tools, policy);
         let handles: Vec<_> = rt.block_on(async {
-            (0..sessions).map(|i| gw.open_session(Caller::named(&format!("p{}", i % 10), vec![]), None)).collect()
+            (0..sessions).map(|i| gw.open_session(Caller::named(&format!("p{}", i % 10), vec![]), None, None)).collect()
         });
         let bytes = handles[0].snapshot().heap_bytes();
         let visible = handles[0].snapshot().tools().count();
@@ -200,7 +200,7 @@ fn generations(_c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let gw = gateway(&rt, TOOLS, Arc::new(AllowAll));
     let handles: Vec<_> = rt.block_on(async {
-        (0..SESSIONS).map(|i| gw.open_session(Caller::named(&format!("p{}", i % 10), vec![]), None)).collect()
+        (0..SESSIONS).map(|i| gw.open_session(Caller::named(&format!("p{}", i % 10), vec![]), None, None)).collect()
     });
     let mut down = false;
     // One round first, so that the allocator has seen a change before the baseline is taken.

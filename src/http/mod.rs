@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod jsonrpc;
 pub mod serve;
+pub mod sessions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,6 +24,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+
+use self::sessions::Sessions;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
@@ -62,10 +65,10 @@ pub fn router(
         cfg = cfg.disable_allowed_hosts();
     }
     let handler_gw = gw.clone();
-    let mut sessions = LocalSessionManager::default();
+    let mut local = LocalSessionManager::default();
     // rmcp ends a session after this long without a message; its upstream sessions end with it.
-    sessions.session_config.keep_alive = Some(server.limits.session_idle_timeout);
-    let sessions = Arc::new(sessions);
+    local.session_config.keep_alive = Some(server.limits.session_idle_timeout);
+    let sessions = Arc::new(Sessions::new(local, gw.registry().clone(), shared.clone()));
     let mcp = StreamableHttpService::new(move || Ok(GatewayHandler::new(handler_gw.clone())), sessions.clone(), cfg);
     let ready_gw = gw.clone();
     let status_gw = gw.clone();
@@ -75,7 +78,6 @@ pub fn router(
         max_body: server.max_body,
         body_timeout: server.limits.body_timeout,
         max_sessions: server.limits.max_sessions,
-        owners: Default::default(),
         shared,
     });
     if edge.shared.is_some() {
@@ -147,13 +149,12 @@ pub fn router(
 
 /// What toolmux checks before rmcp sees a request.
 struct Edge {
+    /// With the registry of the sessions held here: whose each one is.
     gw: Arc<Gateway>,
-    sessions: Arc<LocalSessionManager>,
+    sessions: Arc<Sessions>,
     max_body: usize,
     body_timeout: Duration,
     max_sessions: usize,
-    /// The principal that created each session: only it may use the session.
-    owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// Where sessions other replicas created are found ([`SharedSessions`]).
     shared: Option<Arc<SharedSessions>>,
 }
@@ -165,18 +166,16 @@ impl Edge {
         let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let mut restoring = false;
         if let Some(id) = &session {
-            // Every session held here has its owner recorded before its id is known to anyone
-            // (a new one before the initialize answer leaves, a restored one before it is
-            // replayed): a request for a session with no owner here never reaches it.
-            let owner = self.owners.lock().expect("owners lock").get(id).cloned();
-            match owner {
+            // Every session held here is claimed for its principal before its id is known to
+            // anyone ([`Sessions`]): a request for a session held with no owner never reaches it.
+            match self.gw.registry().owner(id) {
                 // Another principal's session is answered like one that does not exist.
-                Some(owner) if owner != principal => {
+                Some(owner) if *owner != *principal => {
                     tracing::info!(%principal, "request refused: 404 for another principal's session");
                     return no_such_session();
                 }
                 Some(_) => self.refresh(id),
-                None if self.sessions.sessions.read().await.contains_key(id.as_str()) => {
+                None if self.sessions.holds(id).await => {
                     tracing::info!(%principal, "request refused: 404 for a session whose owner is not recorded");
                     return no_such_session();
                 }
@@ -186,7 +185,8 @@ impl Edge {
                         match self.restorable(shared, id, &principal).await {
                             Ok(record) => {
                                 req.extensions_mut().insert(Restored(Arc::new(record)));
-                                self.own(id, principal.clone()).await;
+                                // Claimed before rmcp replays it, for requests that arrive meanwhile.
+                                let _ = self.gw.registry().claim(id, &principal);
                                 restoring = true;
                             }
                             Err(refusal) => return refusal,
@@ -211,13 +211,15 @@ impl Edge {
                 // Written before the client has the id: its next request may go to another replica.
                 shared.created(&id, &principal).await;
             }
-            self.own(&id, principal).await;
         } else if restoring
             && let Some(id) = session
-            && !self.sessions.sessions.read().await.contains_key(id.as_str())
+            && !self.sessions.holds(&id).await
         {
-            // The replay failed: nothing is held here under the claim.
-            self.owners.lock().expect("owners lock").remove(&id);
+            // The rebuild failed: nothing is held here under the claim.
+            self.gw.registry().end(&id);
+            if let Some(shared) = &self.shared {
+                shared.ended_here(&id);
+            }
         }
         response
     }
@@ -244,7 +246,7 @@ impl Edge {
             let message = "toolmux is stopping; send the session's requests to another replica\n";
             return Err((StatusCode::SERVICE_UNAVAILABLE, message).into_response());
         }
-        let open = self.sessions.sessions.read().await.len();
+        let open = self.sessions.count().await;
         if open >= self.max_sessions {
             let message = format!("toolmux already serves {open} sessions, its limit (server.max_sessions)\n");
             return Err(
@@ -270,19 +272,6 @@ impl Edge {
                 let _ = edge.sessions.close_session(&id.into()).await;
             }
         });
-    }
-
-    /// Records `principal` as the owner of the new session `id`, and forgets sessions that ended.
-    async fn own(&self, id: &str, principal: String) {
-        let known = self.owners.lock().expect("owners lock").len();
-        if known >= 64 && known >= 2 * self.sessions.sessions.read().await.len() {
-            let live = self.sessions.sessions.read().await;
-            self.owners.lock().expect("owners lock").retain(|id, _| live.contains_key(id.as_str()));
-            if let Some(shared) = &self.shared {
-                shared.forget(|id| live.contains_key(id));
-            }
-        }
-        self.owners.lock().expect("owners lock").insert(id.to_string(), principal);
     }
 
     /// Answers a body over `max_body` with 413, one that does not arrive in time with 408, one
@@ -319,7 +308,7 @@ impl Edge {
                 let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": SERVER_BUSY, "message": "toolmux is stopping; connect again (to another replica, or once it has restarted)"}});
                 return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
             }
-            let open = self.sessions.sessions.read().await.len();
+            let open = self.sessions.count().await;
             if open >= self.max_sessions {
                 let message = format!(
                     "toolmux already serves {open} sessions, its limit (server.max_sessions); close a session you no longer use, or try again later"
@@ -351,7 +340,7 @@ impl Edge {
     async fn delete(&self, req: Request, next: Next) -> Response {
         let id = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         if let Some(id) = id {
-            let known = self.sessions.sessions.read().await.contains_key(id.as_str());
+            let known = self.sessions.holds(&id).await;
             if !known {
                 // A stored session (checked in `check`) ends in the store; nothing runs here.
                 if let Some(shared) = &self.shared
@@ -382,7 +371,7 @@ async fn sweep_ended(edge: Arc<Edge>, ct: CancellationToken) {
             _ = ct.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let held: Vec<String> = edge.sessions.sessions.read().await.keys().map(|id| id.to_string()).collect();
+        let held = edge.sessions.ids().await;
         for id in shared.ended_among(&held).await {
             tracing::debug!("a session ended on another replica is ended here too");
             let _ = edge.sessions.close_session(&id.into()).await;

@@ -21,6 +21,7 @@ use crate::health::Monitor;
 use crate::health::notifier::Notifier;
 use crate::mcp::relay::{Hub, SessionRelay};
 use crate::mcp::rounds::Parked;
+use crate::session::registry::Registry;
 use crate::session::shared::SharedSessions;
 use crate::session::{Caller, Policy, Presented, SessionHandle, Snapshot, scope};
 use crate::store::Store;
@@ -74,8 +75,8 @@ pub struct Gateway {
     pub relay: Arc<Hub>,
     /// Calls waiting for a session-less client's input (`rounds`).
     pub parked: Arc<Parked>,
-    /// Live sessions (pruned as they go). Written by [`Gateway::open_session`].
-    sessions: Mutex<Vec<Weak<SessionHandle>>>,
+    /// The client sessions held here, from their claim to their end ([`Registry`]).
+    registry: Arc<Registry>,
     /// Bumped when the generation or any backend's advertisability changes.
     epoch: watch::Sender<u64>,
     /// Debounced ticks after scope changes: when passthrough clients are told.
@@ -119,7 +120,7 @@ impl Gateway {
             policy: arc_swap::ArcSwap::from_pointee(p.policy),
             relay: p.relay,
             parked: Arc::default(),
-            sessions: Mutex::new(Vec::new()),
+            registry: Arc::default(),
             epoch,
             notices: Notifier::new(p.notice_window),
             policy_version: AtomicU64::new(0),
@@ -240,10 +241,16 @@ impl Gateway {
         }
     }
 
-    /// Registers a session of the client `peer`, gives it its own upstream sessions, and starts
-    /// its resync worker (which ends with the session). Without a peer (benchmarks) the session
-    /// has no upstream sessions of its own.
-    pub fn open_session(self: &Arc<Self>, caller: Caller, peer: Option<Peer<RoleServer>>) -> Arc<SessionHandle> {
+    /// Opens a session of the client `peer` (bound to its HTTP session `id`, if it has one: see
+    /// [`Registry`]), gives it its own upstream sessions, and starts its resync worker (which
+    /// ends with the session). Without a peer (benchmarks) the session has no upstream sessions
+    /// of its own.
+    pub fn open_session(
+        self: &Arc<Self>,
+        caller: Caller,
+        peer: Option<Peer<RoleServer>>,
+        id: Option<&str>,
+    ) -> Arc<SessionHandle> {
         // Subscribe first: a change while the first snapshot is built still reaches the worker.
         let rx = self.epoch.subscribe();
         let notices = self.notices.subscribe();
@@ -256,11 +263,7 @@ impl Gateway {
             handle.set_upstreams(upstreams);
             handle.set_peer(peer);
         }
-        {
-            let mut sessions = self.sessions.lock().expect("sessions lock");
-            sessions.retain(|w| w.strong_count() > 0);
-            sessions.push(Arc::downgrade(&handle));
-        }
+        self.registry.bind(id, &handle);
         let stop = [self.ct.clone(), handle.ended()];
         tokio::spawn(resync_worker(Arc::downgrade(self), Arc::downgrade(&handle), rx, notices, stop));
         handle
@@ -268,7 +271,12 @@ impl Gateway {
 
     /// Live sessions now.
     pub fn session_count(&self) -> usize {
-        self.sessions.lock().expect("sessions lock").iter().filter(|w| w.strong_count() > 0).count()
+        self.registry.live()
+    }
+
+    /// The client sessions held here.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
     }
 
     /// Tells every session its scope may have changed: each swaps at once, and passthrough

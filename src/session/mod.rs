@@ -6,8 +6,10 @@
 //! the generation's tools, narrowed to advertisable backends and by a [`Policy`]. Building a
 //! snapshot runs no model and contacts no backend.
 //!
-//! [`shared`] keeps sessions in Redis so that other replicas can rebuild them.
+//! [`registry`] is the one record of the client sessions this process holds; [`shared`] keeps
+//! sessions in Redis so that other replicas can rebuild them.
 
+pub mod registry;
 pub mod shared;
 
 use std::sync::atomic::{AtomicU64, Ordering};

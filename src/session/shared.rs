@@ -205,7 +205,9 @@ redis.call('HSET', KEYS[1], 'version', next, unpack(ARGV, 3))
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return next
 "#;
-/// Entries of the hand-over maps kept at most (each is taken by the next step of its request).
+/// Entries of the hand-over maps kept at most. Each is taken by the next step of its request, or
+/// dropped when its session ends here or its rebuild fails; past this, a new one is not kept (its
+/// session is then not shared, or is read from the store again), and none is thrown away.
 const HANDOVER_LIMIT: usize = 4096;
 
 impl SharedSessions {
@@ -304,10 +306,9 @@ impl SharedSessions {
     pub fn restoring(&self, id: &str, record: &Record) {
         let fields = Self::fields_of(record);
         let mut prefetched = self.prefetched.lock().expect("prefetched lock");
-        if prefetched.len() >= HANDOVER_LIMIT {
-            prefetched.clear();
+        if prefetched.len() < HANDOVER_LIMIT {
+            prefetched.insert(id.to_string(), record.clone());
         }
-        prefetched.insert(id.to_string(), record.clone());
         drop(prefetched);
         self.restored.fetch_add(1, Ordering::Relaxed);
         self.local
@@ -544,11 +545,12 @@ impl SharedSessions {
         self.run::<()>(&pipe).await.is_ok()
     }
 
-    /// Forgets the sessions `live` says have ended here (they stay in the store until they
-    /// expire). One kept or refreshed in the last minute stays: it may be a rebuild under way.
-    pub fn forget(&self, live: impl Fn(&str) -> bool) {
-        let recent = Duration::from_secs(60);
-        self.local.lock().expect("local lock").retain(|id, e| live(id) || e.refreshed.elapsed() < recent);
+    /// Forgets what this replica kept of session `id`, which ended here or whose rebuild here
+    /// failed (the record stays in the store until it expires, or another replica ends it).
+    pub fn ended_here(&self, id: &str) {
+        self.local.lock().expect("local lock").remove(id);
+        self.inits.lock().expect("inits lock").remove(id);
+        self.prefetched.lock().expect("prefetched lock").remove(id);
     }
 
     /// Sessions kept here.
@@ -723,10 +725,9 @@ impl SessionStore for RmcpStore {
 
     async fn store(&self, id: &str, state: &SessionState) -> Result<(), SessionStoreError> {
         let mut inits = self.0.inits.lock().expect("inits lock");
-        if inits.len() >= HANDOVER_LIMIT {
-            inits.clear();
+        if inits.len() < HANDOVER_LIMIT {
+            inits.insert(id.to_string(), state.initialize_params.clone());
         }
-        inits.insert(id.to_string(), state.initialize_params.clone());
         Ok(())
     }
 

@@ -64,6 +64,14 @@ impl Redis {
         }
     }
 
+    /// The stored record of the session `id`, as its fields.
+    async fn record(&self, id: &str) -> HashMap<String, String> {
+        let mut c = self.client().get_multiplexed_async_connection().await.unwrap();
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(id.as_bytes());
+        let key = format!("toolmux:session:{}", base16ct::lower::encode_string(&digest));
+        redis::cmd("HGETALL").arg(key).query_async::<HashMap<String, String>>(&mut c).await.unwrap()
+    }
+
     /// (Re)starts it on the same port, empty, and waits until it answers.
     async fn restart(&mut self) {
         self.kill().await;
@@ -540,12 +548,7 @@ async fn a_rebuilt_session_keeps_its_level_and_subscriptions() {
     let s = RawSession::open_url(&a.url).await;
     s.request("logging/setLevel", json!({"level": "error"})).await;
     s.request("resources/subscribe", json!({"uri": "test://watched-resource"})).await;
-    let stored = || async {
-        let mut c = redis.client().get_multiplexed_async_connection().await.unwrap();
-        let digest = <sha2::Sha256 as sha2::Digest>::digest(s.id.as_bytes());
-        let key = format!("toolmux:session:{}", base16ct::lower::encode_string(&digest));
-        redis::cmd("HGETALL").arg(key).query_async::<HashMap<String, String>>(&mut c).await.unwrap()
-    };
+    let stored = || redis.record(&s.id);
     let fields = stored().await;
     assert_eq!(fields.get("principal").map(String::as_str), Some("anonymous"), "{fields:?}");
     assert_eq!(fields.get("level").map(String::as_str), Some("error"), "{fields:?}");
@@ -782,12 +785,7 @@ async fn a_write_through_keeps_another_replicas_newer_changes() {
     let s = RawSession::open_url(&a.url).await;
     s.request("resources/subscribe", json!({"uri": "test://watched-resource"})).await;
     s.request("logging/setLevel", json!({"level": "info"})).await;
-    let stored = || async {
-        let mut c = redis.client().get_multiplexed_async_connection().await.unwrap();
-        let digest = <sha2::Sha256 as sha2::Digest>::digest(s.id.as_bytes());
-        let key = format!("toolmux:session:{}", base16ct::lower::encode_string(&digest));
-        redis::cmd("HGETALL").arg(key).query_async::<HashMap<String, String>>(&mut c).await.unwrap()
-    };
+    let stored = || redis.record(&s.id);
     assert!(stored().await.contains_key("sub:test://watched-resource"));
 
     // a loses the store and changes the level: its write waits.

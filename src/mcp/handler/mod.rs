@@ -174,7 +174,8 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<InitializeResult, ErrorData> {
         self.measured("initialize", &context, async {
             context.peer.set_peer_info(request.clone());
-            let session = self.gw.open_session(self.caller_of(&context), Some(context.peer.clone()));
+            let id = session_key(&context).map(|SessionKey(id)| id.clone());
+            let session = self.gw.open_session(self.caller_of(&context), Some(context.peer.clone()), id.as_deref());
             let _ = self.session.set(session.clone());
             let restored =
                 context.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<Restored>());
