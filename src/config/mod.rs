@@ -100,6 +100,30 @@ pub struct BackendConfig {
     pub session: SessionMode,
     /// For `per_client` stdio backends: child processes at once, over all client sessions.
     pub max_instances: usize,
+    /// `auth = "token_exchange"`: what each caller's token is exchanged for, and where.
+    pub token_exchange: Option<TokenExchange>,
+}
+
+/// An OAuth 2.0 token exchange (RFC 8693) at `token_url`: the caller's token in, a token for
+/// the backend out, the gateway authenticating as a client (HTTP Basic).
+#[derive(Clone, PartialEq)]
+pub struct TokenExchange {
+    pub token_url: String,
+    pub client_id: String,
+    pub client_secret: String,
+    pub audience: Option<String>,
+    pub scope: Option<String>,
+}
+
+impl fmt::Debug for TokenExchange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenExchange")
+            .field("token_url", &self.token_url)
+            .field("client_id", &self.client_id)
+            .field("audience", &self.audience)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Whose backend session a client's requests use (`backends[].session`).
@@ -489,9 +513,81 @@ impl Validator<'_> {
             if b.max_instances.is_some() && !matches!(transport, Transport::Stdio { .. }) {
                 self.problem(key("max_instances"), "only stdio backends (with `command`) take this key");
             }
-            out.push(BackendConfig { name, transport, timeout, protocol, session, max_instances });
+            let token_exchange = self.token_exchange(i, b.auth, b.token_exchange, &transport, session, protocol);
+            out.push(BackendConfig { name, transport, timeout, protocol, session, max_instances, token_exchange });
         }
         out
+    }
+
+    /// `backends[i].auth` and `backends[i].token_exchange`, checked together.
+    fn token_exchange(
+        &mut self,
+        i: usize,
+        auth: Option<String>,
+        raw: Option<raw::TokenExchange>,
+        transport: &Transport,
+        session: SessionMode,
+        protocol: Protocol,
+    ) -> Option<TokenExchange> {
+        let key = |k: &str| format!("backends[{i}].{k}");
+        match auth.as_deref() {
+            None | Some("none") => {
+                if raw.is_some() {
+                    self.problem(key("token_exchange"), "is used only with auth = \"token_exchange\"");
+                }
+                return None;
+            }
+            Some("token_exchange") => {}
+            Some(other) => {
+                self.problem(key("auth"), format!("`{other}` is not one of \"none\", \"token_exchange\""));
+                return None;
+            }
+        }
+        let Some(raw) = raw else {
+            self.problem(key("token_exchange"), "auth = \"token_exchange\" needs a [backends.token_exchange] table with token_url, client_id and client_secret");
+            return None;
+        };
+        match transport {
+            Transport::Stdio { .. } => self.problem(key("auth"), "a token can only be sent to an HTTP backend"),
+            Transport::Http { headers, .. } => {
+                if let Some(h) = headers.keys().find(|h| h.eq_ignore_ascii_case("authorization")) {
+                    self.problem(
+                        format!("backends[{i}].headers.{h}"),
+                        "the exchanged token is the backend's Authorization; remove this header",
+                    );
+                }
+            }
+        }
+        if session == SessionMode::Shared {
+            self.problem(
+                key("session"),
+                "each caller gets a token of its own, so the backend must be `session = \"per_client\"`",
+            );
+        }
+        if protocol == Protocol::Stateless {
+            self.problem(key("protocol"), "the backend speaks 2026-07-28, where toolmux keeps one connection for every caller; use protocol = \"2025-11-25\" or \"auto\"");
+        }
+        let mut field = |name: &str, v: Option<String>| -> String {
+            match v.map(|v| expand_env(&v)) {
+                None => {
+                    self.problem(format!("backends[{i}].token_exchange.{name}"), "is required");
+                    String::new()
+                }
+                Some(Err(var)) => {
+                    self.problem(format!("backends[{i}].token_exchange.{name}"), unset(&var));
+                    String::new()
+                }
+                Some(Ok(v)) => v,
+            }
+        };
+        let token_url = field("token_url", raw.token_url);
+        let client_id = field("client_id", raw.client_id);
+        let client_secret = field("client_secret", raw.client_secret);
+        let web = |u: &str| u.starts_with("http://") || u.starts_with("https://");
+        if !token_url.is_empty() && !web(&token_url) {
+            self.problem(key("token_exchange.token_url"), format!("`{token_url}` must be an http:// or https:// URL"));
+        }
+        Some(TokenExchange { token_url, client_id, client_secret, audience: raw.audience, scope: raw.scope })
     }
 
     fn aggregation(&mut self, raw: raw::Aggregation, names: &HashSet<&str>) -> Aggregation {

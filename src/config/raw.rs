@@ -115,6 +115,19 @@ pub struct Backend {
     pub protocol: Option<String>,
     pub session: Option<String>,
     pub max_instances: Option<i64>,
+    /// `"token_exchange"`: each caller's token is exchanged for the backend's own.
+    pub auth: Option<String>,
+    pub token_exchange: Option<TokenExchange>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenExchange {
+    pub token_url: Option<String>,
+    pub client_id: Option<String>,
+    pub client_secret: Option<String>,
+    pub audience: Option<String>,
+    pub scope: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use http::{HeaderName, HeaderValue};
 
+use super::exchange::Exchanger;
 use crate::config::{CLIENT_PRINCIPAL, CLIENT_TOKEN};
 
 /// Who the client is.
@@ -31,19 +32,29 @@ pub type LiveIdentity = Arc<ArcSwap<Identity>>;
 pub struct CallerHeaders {
     live: LiveIdentity,
     templates: Arc<[(HeaderName, String)]>,
+    /// `auth = "token_exchange"`: `Authorization` carries the caller's exchanged token.
+    exchange: Option<Arc<Exchanger>>,
 }
 
 impl CallerHeaders {
-    pub fn new(live: LiveIdentity, templates: Vec<(HeaderName, String)>) -> Self {
-        Self { live, templates: templates.into() }
+    pub fn new(live: LiveIdentity, templates: Vec<(HeaderName, String)>, exchange: Option<Arc<Exchanger>>) -> Self {
+        Self { live, templates: templates.into(), exchange }
     }
 
     /// `headers` with the caller's headers added, filled from the identity as it is now.
     pub fn fill(&self, mut headers: HashMap<HeaderName, HeaderValue>) -> HashMap<HeaderName, HeaderValue> {
-        if self.templates.is_empty() {
+        if self.templates.is_empty() && self.exchange.is_none() {
             return headers;
         }
         let id = self.live.load();
+        if let Some(exchange) = &self.exchange {
+            // Exchanged before the request (`ClientUpstreams::link`); none cached means none is
+            // sent, never the caller's own token.
+            let token = exchange.cached(id.token.as_deref());
+            if let Some(v) = token.and_then(|t| HeaderValue::try_from(format!("Bearer {t}")).ok()) {
+                headers.insert(http::header::AUTHORIZATION, v);
+            }
+        }
         for (name, template) in self.templates.iter() {
             let filled = template
                 .replace(CLIENT_PRINCIPAL, &id.principal)
@@ -74,6 +85,7 @@ mod tests {
                 (HeaderName::from_static("authorization"), "Basic ${client.token}".into()),
                 (HeaderName::from_static("x-user"), "${client.principal}".into()),
             ],
+            None,
         );
         let (authorization, user) = (HeaderName::from_static("authorization"), HeaderName::from_static("x-user"));
         let first = headers.fill(HashMap::new());

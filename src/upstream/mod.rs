@@ -23,6 +23,7 @@
 pub mod adopt;
 pub mod children;
 mod client;
+pub mod exchange;
 pub mod identity;
 mod session;
 
@@ -97,6 +98,9 @@ pub enum CallError {
     /// What went wrong is logged (secrets in URLs redacted), never sent to the client.
     #[error("backend `{backend}` could not open a session for this client; try again shortly")]
     SessionFailed { backend: String },
+    /// `auth = "token_exchange"`: no token of the backend's own could be had for the caller.
+    #[error("backend `{backend}` takes a token exchanged for yours, and the exchange failed: {why}")]
+    Exchange { backend: String, why: exchange::ExchangeError },
     /// The backend answered with a JSON-RPC error.
     #[error("backend `{backend}` returned an error: {}", error.message)]
     Remote { backend: String, error: ErrorData },
@@ -193,6 +197,8 @@ pub struct Backend {
     groups: children::Groups,
     /// The last failed connection attempt, and when (for `/status`).
     last_error: std::sync::Mutex<Option<(String, std::time::SystemTime)>>,
+    /// `auth = "token_exchange"`: each caller's token for this backend.
+    pub(crate) exchanger: Option<Arc<exchange::Exchanger>>,
 }
 
 /// Follows a backend's redirect only when it keeps the message and the credentials where they
@@ -236,6 +242,7 @@ impl Backend {
             changes,
             relay,
             http: std::sync::OnceLock::new(),
+            exchanger: config.token_exchange.clone().map(|t| Arc::new(exchange::Exchanger::new(t))),
             config,
         })
     }
@@ -488,7 +495,7 @@ impl Backend {
                         handler.serve_with_lifecycle(transport, self.lifecycle()).await?
                     }
                     Some((identity, adoption)) => {
-                        let caller = identity::CallerHeaders::new(identity.clone(), per_caller);
+                        let caller = identity::CallerHeaders::new(identity.clone(), per_caller, self.exchanger.clone());
                         let client = adopt::OwnSessionClient { inner: self.http_client()?, adoption, caller };
                         let transport = StreamableHttpClientTransport::with_client(client, cfg);
                         handler.serve_with_lifecycle(transport, self.lifecycle()).await?

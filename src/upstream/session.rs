@@ -147,6 +147,13 @@ impl ClientUpstreams {
         if !backend.per_client() {
             return backend.shared_link();
         }
+        if let Some(exchanger) = &backend.exchanger {
+            // The backend's own token for this caller, fresh for this request (see `exchange`).
+            let subject = self.identity.load().token.clone();
+            if let Err(why) = exchanger.token_for(subject.as_deref()).await {
+                return Err(CallError::Exchange { backend: backend.name().to_string(), why });
+            }
+        }
         let slot = self.slots.lock().expect("slots lock").entry(backend.name().to_string()).or_default().clone();
         let mut slot = slot.lock().await;
         // A session opened to a backend that a reload has since replaced is not reused.

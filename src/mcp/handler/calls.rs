@@ -180,9 +180,12 @@ impl GatewayHandler {
             Ok(_) => "ok",
             Err(CallError::Timeout { .. }) => "timeout",
             Err(CallError::Cancelled) => "cancelled",
-            Err(CallError::NotConnected { .. } | CallError::AtCapacity { .. } | CallError::SessionFailed { .. }) => {
-                "unavailable"
-            }
+            Err(
+                CallError::NotConnected { .. }
+                | CallError::AtCapacity { .. }
+                | CallError::SessionFailed { .. }
+                | CallError::Exchange { .. },
+            ) => "unavailable",
             Err(CallError::ConnectionLost { .. } | CallError::Remote { .. }) => "error",
         };
         self.gw.metrics.tool_call(call.backend.name(), label, call.started.elapsed());

@@ -467,7 +467,8 @@ fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {
         | CallError::Timeout { .. }
         | CallError::ConnectionLost { .. }
         | CallError::AtCapacity { .. }
-        | CallError::SessionFailed { .. }) => Ok(meta::error_result(e.to_string())),
+        | CallError::SessionFailed { .. }
+        | CallError::Exchange { .. }) => Ok(meta::error_result(e.to_string())),
     }
 }
 
@@ -483,6 +484,7 @@ fn wire_error(e: CallError) -> ErrorData {
         | CallError::Timeout { .. }
         | CallError::ConnectionLost { .. }
         | CallError::AtCapacity { .. }
-        | CallError::SessionFailed { .. }) => ErrorData::internal_error(e.to_string(), None),
+        | CallError::SessionFailed { .. }
+        | CallError::Exchange { .. }) => ErrorData::internal_error(e.to_string(), None),
     }
 }
