@@ -5,6 +5,10 @@
 //!
 //! Request states are opaque handles the server issued and remembers; any other state (a
 //! tampered one) is refused with invalid params.
+//!
+//! It also has the tool the custom-header scenario (SEP-2243) looks for, [`CUSTOM_HEADER`]: its
+//! `region` argument travels in `Mcp-Param-Region` too, and this server checks that header
+//! (rmcp does, through `get_tool`), so a call toolmux forwarded without it fails here.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -31,6 +35,18 @@ const TOOLS: &[&str] = &[
     "test_input_required_result_capabilities",
 ];
 const PROMPT: &str = "test_input_required_result_prompt";
+/// A tool whose `region` argument is mirrored into the `Mcp-Param-Region` header.
+const CUSTOM_HEADER: &str = "test_custom_header";
+
+fn custom_header_tool() -> Tool {
+    let schema = json!({"type": "object", "properties": {
+        "region": {"type": "string", "description": "Where to run", "x-mcp-header": "Region"}}, "required": ["region"]});
+    Tool::new(
+        CUSTOM_HEADER,
+        "Echoes the region it was called for",
+        Arc::new(schema.as_object().cloned().unwrap_or_default()),
+    )
+}
 
 fn elicit(message: &str, field: &str, ty: &str) -> Value {
     json!({"method": "elicitation/create", "params": {
@@ -173,9 +189,14 @@ impl ServerHandler for Mrtr {
         _c: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let schema = Arc::new(json!({"type": "object"}).as_object().cloned().unwrap_or_default());
-        let tools =
+        let mut tools: Vec<Tool> =
             TOOLS.iter().map(|n| Tool::new(*n, "An input-required conformance scenario", schema.clone())).collect();
+        tools.push(custom_header_tool());
         Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        (name == CUSTOM_HEADER).then(custom_header_tool)
     }
 
     async fn call_tool(
@@ -183,6 +204,10 @@ impl ServerHandler for Mrtr {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if request.name == CUSTOM_HEADER {
+            let region = request.arguments.as_ref().and_then(|a| a.get("region")).and_then(Value::as_str);
+            return Ok(text(format!("region={}", region.unwrap_or_default())).into());
+        }
         self.call(&request, context.meta.client_capabilities())
     }
 

@@ -25,6 +25,7 @@ use rmcp::model::{
     GetPromptResult, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::model::{
     CompleteRequestParams, CompleteResult, CompletionInfo, Reference, SetLevelRequestParams, SubscribeRequestParams,
@@ -146,6 +147,24 @@ fn session_key(context: &RequestContext<RoleServer>) -> Option<&SessionKey> {
 }
 
 impl ServerHandler for GatewayHandler {
+    /// The tool a `tools/call` names, for rmcp to check its SEP-2243 `Mcp-Param-*` headers
+    /// against the arguments (passthrough; optimizer mode's two tools declare none). A session's
+    /// tool comes from its own scope. A session-less request has no caller here: its tool is
+    /// given only when the policy lets every caller use everything, so that a header check can
+    /// never tell a caller that a tool outside its scope exists (the backend, sent the same
+    /// headers, checks them then).
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        if self.gw.mode != Mode::Passthrough {
+            return None;
+        }
+        let snap = match self.session.get() {
+            Some(s) => self.gw.session_snapshot(s),
+            None if self.gw.policy().is_open() => self.gw.scope_for(&Caller::anonymous()),
+            None => return None,
+        };
+        snap.tool(name).map(|t| t.tool.clone())
+    }
+
     fn get_info(&self) -> ServerConfig {
         let mut caps = ServerCapabilities::builder()
             .enable_logging()
