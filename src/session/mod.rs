@@ -229,11 +229,23 @@ impl LogLevel {
         self.0.store(rank(level) + 1, Ordering::Relaxed);
     }
 
+    /// A session-less request's level: the one its `_meta` names, and none at all without one
+    /// (SEP-2575: no log messages for a request that did not ask for them).
+    pub fn of_request(level: Option<rmcp::model::LoggingLevel>) -> Self {
+        match level {
+            Some(l) => Self(std::sync::atomic::AtomicU8::new(rank(l) + 1)),
+            None => Self(std::sync::atomic::AtomicU8::new(SILENT)),
+        }
+    }
+
     /// Whether a message at `level` reaches the client (all do until it sets a level).
     pub fn allows(&self, level: rmcp::model::LoggingLevel) -> bool {
         rank(level) + 1 >= self.0.load(Ordering::Relaxed)
     }
 }
+
+/// Above every level's rank + 1: nothing is let through.
+const SILENT: u8 = 9;
 
 #[expect(deprecated, reason = "logging/setLevel is how 2025-11-25 clients choose what they hear")]
 fn rank(level: rmcp::model::LoggingLevel) -> u8 {
@@ -418,6 +430,17 @@ mod tests {
         let s = scope(generation(), &|_| true, &AllowAll, &Caller::anonymous());
         // Three tools: one 64-bit word of bits plus the fixed header.
         assert!(s.heap_bytes() <= 8 + 1024, "{}", s.heap_bytes());
+    }
+
+    #[test]
+    #[expect(deprecated, reason = "logging levels are what is checked")]
+    fn a_request_without_a_log_level_hears_no_log_lines() {
+        use rmcp::model::LoggingLevel as L;
+        let none = LogLevel::of_request(None);
+        assert!(!none.allows(L::Emergency) && !none.allows(L::Debug));
+        let warning = LogLevel::of_request(Some(L::Warning));
+        assert!(warning.allows(L::Error) && warning.allows(L::Warning) && !warning.allows(L::Info));
+        assert!(LogLevel::default().allows(L::Debug), "a session hears everything until it sets a level");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::*;
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 
@@ -22,6 +22,9 @@ use serde_json::{Value, json};
 pub struct Mrtr {
     /// Request states issued and not yet spent.
     states: Arc<Mutex<HashSet<String>>>,
+    /// Tools added by `test_trigger_tool_change`, and how many times the list changed.
+    added: Arc<Mutex<Vec<String>>>,
+    changed: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 const TOOLS: &[&str] = &[
@@ -37,6 +40,10 @@ const TOOLS: &[&str] = &[
 const PROMPT: &str = "test_input_required_result_prompt";
 /// A tool whose `region` argument is mirrored into the `Mcp-Param-Region` header.
 const CUSTOM_HEADER: &str = "test_custom_header";
+/// The stateless scenario's diagnostic tools (SEP-2575): one that needs sampling, one that asks
+/// for elicitation, one that logs, and one that changes the tool list.
+const DIAGNOSTICS: &[&str] =
+    &["test_missing_capability", "test_streaming_elicitation", "test_logging_tool", "test_trigger_tool_change"];
 
 fn custom_header_tool() -> Tool {
     let schema = json!({"type": "object", "properties": {
@@ -192,7 +199,28 @@ impl ServerHandler for Mrtr {
         let mut tools: Vec<Tool> =
             TOOLS.iter().map(|n| Tool::new(*n, "An input-required conformance scenario", schema.clone())).collect();
         tools.push(custom_header_tool());
+        tools.extend(DIAGNOSTICS.iter().map(|n| Tool::new(*n, "A stateless-server diagnostic", schema.clone())));
+        let added = self.added.lock().expect("added lock").clone();
+        tools.extend(added.into_iter().map(|n| Tool::new(n, "Added by test_trigger_tool_change", schema.clone())));
         Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    fn accepted_subscription_filter(&self, _requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    /// `subscriptions/listen`: `tools/list_changed` each time `test_trigger_tool_change` runs.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.changed.subscribe();
+        loop {
+            tokio::select! {
+                _ = context.cancelled() => return Ok(()),
+                r = changes.changed() => if r.is_err() { return Ok(()) },
+            }
+            if context.sink().notify_tool_list_changed().await.is_err() {
+                return Ok(());
+            }
+        }
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -204,11 +232,47 @@ impl ServerHandler for Mrtr {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if request.name == CUSTOM_HEADER {
-            let region = request.arguments.as_ref().and_then(|a| a.get("region")).and_then(Value::as_str);
-            return Ok(text(format!("region={}", region.unwrap_or_default())).into());
+        let caps = context.meta.client_capabilities().unwrap_or_default();
+        match request.name.as_ref() {
+            CUSTOM_HEADER => {
+                let region = request.arguments.as_ref().and_then(|a| a.get("region")).and_then(Value::as_str);
+                Ok(text(format!("region={}", region.unwrap_or_default())).into())
+            }
+            // A server must not rely on a capability the client did not declare: -32021.
+            "test_missing_capability" if caps.sampling.is_none() => Err(ErrorData::new(
+                ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                "this tool needs the sampling capability",
+                Some(json!({"requiredCapabilities": {"sampling": {}}})),
+            )),
+            "test_missing_capability" => Ok(text("sampling declared").into()),
+            // Asks with an input-required result, never with a request on the response stream.
+            "test_streaming_elicitation" => match request.input_responses.as_ref().and_then(|r| r.get("answer")) {
+                None if caps.elicitation.is_some() => {
+                    let ask = elicit("Anything to add?", "note", "string");
+                    Ok(CallToolResponse::InputRequired(input_required(vec![("answer", ask)], None)?))
+                }
+                _ => Ok(text("done").into()),
+            },
+            // Logs whether asked to or not: what a client hears is the gateway's to filter.
+            "test_logging_tool" => {
+                #[expect(deprecated, reason = "logging notifications are what the scenario checks")]
+                let param = LoggingMessageNotificationParam::new(LoggingLevel::Info, json!("a log line"));
+                #[expect(deprecated, reason = "logging notifications are what the scenario checks")]
+                let _ = context.peer.notify_logging_message(param).await;
+                Ok(text("logged").into())
+            }
+            "test_trigger_tool_change" => {
+                let name = {
+                    let mut added = self.added.lock().expect("added lock");
+                    let name = format!("test_added_tool_{}", added.len() + 1);
+                    added.push(name.clone());
+                    name
+                };
+                self.changed.send_modify(|n| *n += 1);
+                Ok(text(format!("added {name}")).into())
+            }
+            _ => self.call(&request, Some(caps)),
         }
-        self.call(&request, context.meta.client_capabilities())
     }
 
     async fn list_prompts(

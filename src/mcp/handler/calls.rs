@@ -14,7 +14,7 @@ use crate::config::Mode;
 use crate::mcp::meta;
 use crate::mcp::relay::{Ask, CallClient, Relayed};
 use crate::mcp::rounds::{self, Parked, PendingCall, Retry};
-use crate::session::Snapshot;
+use crate::session::{LogLevel, Snapshot};
 use crate::telemetry::Trace;
 use crate::upstream::{Answer, CallError};
 
@@ -106,7 +106,11 @@ impl GatewayHandler {
             peer: ctx.peer.clone(),
             request: ctx.id.clone(),
             token: ctx.meta.get_progress_token(),
-            level: self.session.get().map(|s| s.level.clone()),
+            level: Some(match self.session.get() {
+                Some(s) => s.level.clone(),
+                // A session-less request hears log lines only at the level its `_meta` names.
+                None => Arc::new(LogLevel::of_request(ctx.meta.log_level())),
+            }),
         };
         let (guard, relayed) = self.gw.relay.begin_call(link.conn, client, asks_tx);
         // What the client can do: from its request (2026-07-28) or its session's initialize.
