@@ -833,7 +833,8 @@ async fn a_session_ended_on_one_replica_ends_on_an_idle_one_within_the_bound() {
     let ended = eventually(Duration::from_secs(15), || async { live(a.status().await) == 0 }).await;
     let took = deleted.elapsed();
     assert!(ended, "the session is still held on a: {}", a.status().await);
-    assert!(took < Duration::from_secs(7), "ended on a after {took:?}, past the 5 s bound (and a second of slack)");
+    // The bound is 5 s; the slack is for a loaded machine (without the sweep it is the idle timeout, 30 min).
+    assert!(took < Duration::from_secs(9), "ended on a after {took:?}, past the 5 s bound");
 }
 
 /// The caller's groups follow each request's token on every replica: a session opened with a
