@@ -38,8 +38,10 @@ pub struct Exchanger {
 #[derive(Clone)]
 struct Exchanged {
     token: Arc<str>,
-    /// When it is exchanged again rather than used.
+    /// From when the next request exchanges it again.
     refresh_at: Instant,
+    /// Until when it is sent at all (what the connection sends between calls included).
+    expires_at: Instant,
 }
 
 /// Why no token could be had; its text is for the client and names no secret.
@@ -77,7 +79,11 @@ impl Exchanger {
     /// fresh one is cached.
     pub async fn token_for(&self, subject: Option<&str>) -> Result<Arc<str>, ExchangeError> {
         let subject = subject.ok_or(ExchangeError::NoToken)?;
-        if let Some(token) = self.cached(Some(subject)) {
+        let fresh = {
+            let mut cache = self.cache.lock().expect("exchange cache lock");
+            cache.get(&key(subject)).filter(|e| Instant::now() < e.refresh_at).map(|e| e.token.clone())
+        };
+        if let Some(token) = fresh {
             return Ok(token);
         }
         let exchanged = self.exchange(subject).await?;
@@ -86,10 +92,11 @@ impl Exchanger {
         Ok(token)
     }
 
-    /// The cached token for `subject`, if still fresh.
+    /// The cached token for `subject`, if it has not expired: what each HTTP request to the
+    /// backend is sent ([`Exchanger::token_for`] refreshes it before it gets there).
     pub fn cached(&self, subject: Option<&str>) -> Option<Arc<str>> {
         let mut cache = self.cache.lock().expect("exchange cache lock");
-        cache.get(&key(subject?)).filter(|e| Instant::now() < e.refresh_at).map(|e| e.token.clone())
+        cache.get(&key(subject?)).filter(|e| Instant::now() < e.expires_at).map(|e| e.token.clone())
     }
 
     async fn exchange(&self, subject: &str) -> Result<Exchanged, ExchangeError> {
@@ -136,7 +143,8 @@ impl Exchanger {
         }
         let lifetime = answer.expires_in.map_or(DEFAULT_LIFETIME, Duration::from_secs);
         let margin = (lifetime / 4).min(Duration::from_secs(30));
-        Ok(Exchanged { token: Arc::from(answer.access_token), refresh_at: asked + lifetime - margin })
+        let token = Arc::from(answer.access_token);
+        Ok(Exchanged { token, refresh_at: asked + lifetime - margin, expires_at: asked + lifetime })
     }
 }
 
