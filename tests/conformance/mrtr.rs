@@ -186,8 +186,10 @@ impl Mrtr {
 
 impl ServerHandler for Mrtr {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_prompts().build())
-            .with_server_info(Implementation::new("conformance-mrtr", env!("CARGO_PKG_VERSION")))
+        // Tool-list changes are announced (test_trigger_tool_change): without the capability, a
+        // listen stream is acknowledged with an empty filter and carries nothing.
+        let caps = ServerCapabilities::builder().enable_tools().enable_tool_list_changed().enable_prompts().build();
+        ServerConfig::new(caps).with_server_info(Implementation::new("conformance-mrtr", env!("CARGO_PKG_VERSION")))
     }
 
     async fn list_tools(
