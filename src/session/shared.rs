@@ -448,6 +448,11 @@ impl SharedSessions {
                     entry.fields.insert(VERSION.into(), now.to_string());
                 }
             }
+            // The store lost the record (a restart it did not show as an outage, an eviction):
+            // what it has now is this change alone, so this replica's whole copy goes back.
+            Ok((now,)) if now <= version => {
+                self.write_through(id).await;
+            }
             // Another replica wrote the record since this copy was in step: read it back.
             Ok(_) => {
                 self.reread(id).await;

@@ -64,12 +64,16 @@ impl Redis {
         }
     }
 
+    /// The key of the session `id`'s record.
+    fn record_key(id: &str) -> String {
+        let digest = <sha2::Sha256 as sha2::Digest>::digest(id.as_bytes());
+        format!("toolmux:session:{}", base16ct::lower::encode_string(&digest))
+    }
+
     /// The stored record of the session `id`, as its fields.
     async fn record(&self, id: &str) -> HashMap<String, String> {
         let mut c = self.client().get_multiplexed_async_connection().await.unwrap();
-        let digest = <sha2::Sha256 as sha2::Digest>::digest(id.as_bytes());
-        let key = format!("toolmux:session:{}", base16ct::lower::encode_string(&digest));
-        redis::cmd("HGETALL").arg(key).query_async::<HashMap<String, String>>(&mut c).await.unwrap()
+        redis::cmd("HGETALL").arg(Self::record_key(id)).query_async::<HashMap<String, String>>(&mut c).await.unwrap()
     }
 
     /// (Re)starts it on the same port, empty, and waits until it answers.
@@ -229,6 +233,35 @@ impl Backends {
             url = redis.url(),
             kit = self.kit.url(),
             echo = self.echo.url,
+        );
+        std::fs::write(&path, toml).unwrap();
+        path
+    }
+}
+
+/// The conformance server (resources to subscribe to, logging) on 127.0.0.1, and a folder for
+/// configurations of replicas in front of it.
+struct ConformanceBackend {
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl ConformanceBackend {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(crate::conformance_server::serve(listener, false));
+        Self { url, dir: tempfile::tempdir().unwrap() }
+    }
+
+    /// A passthrough replica's configuration, `name` in the folder, with sessions in the Redis
+    /// at `redis_url`.
+    fn config(&self, name: &str, redis_url: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join(name);
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
+             [sessions]\nstore = \"redis\"\nredis_url = \"{redis_url}\"\ntimeout = \"300ms\"\n{}",
+            http_backend_toml("conformance", &self.url)
         );
         std::fs::write(&path, toml).unwrap();
         path
@@ -527,21 +560,8 @@ async fn a_rolling_restart_under_load_fails_no_request() {
 #[tokio::test]
 async fn a_rebuilt_session_keeps_its_level_and_subscriptions() {
     let redis = Redis::start().await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(crate::conformance_server::serve(listener, false));
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("toolmux.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
-             [sessions]\nstore = \"redis\"\nredis_url = \"{}\"\n{}",
-            redis.url(),
-            http_backend_toml("conformance", &backend)
-        ),
-    )
-    .unwrap();
+    let backend = ConformanceBackend::start().await;
+    let config = backend.config("toolmux.toml", &redis.url());
     let a = Served::start(&config).await;
     let b = Served::start(&config).await;
 
@@ -764,20 +784,8 @@ impl Cuttable {
 async fn a_write_through_keeps_another_replicas_newer_changes() {
     let redis = Redis::start().await;
     let proxy = Cuttable::start(redis.port).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let backend = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(crate::conformance_server::serve(listener, false));
-    let dir = tempfile::tempdir().unwrap();
-    let config = |name: &str, redis_url: &str| {
-        let path = dir.path().join(name);
-        let toml = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
-             [sessions]\nstore = \"redis\"\nredis_url = \"{redis_url}\"\ntimeout = \"300ms\"\n{}",
-            http_backend_toml("conformance", &backend)
-        );
-        std::fs::write(&path, toml).unwrap();
-        path
-    };
+    let backend = ConformanceBackend::start().await;
+    let config = |name: &str, redis_url: &str| backend.config(name, redis_url);
     // Replica a reaches Redis through the proxy; b directly.
     let a = Served::start(&config("a.toml", &format!("redis://127.0.0.1:{}/0", proxy.port))).await;
     let b = Served::start(&config("b.toml", &redis.url())).await;
@@ -883,4 +891,23 @@ async fn tool_text(s: &RawSession, mode: &str, name: &str) -> Result<String, Str
     let r = s.try_request("tools/call", json!({"name": tool, "arguments": args})).await?;
     let text = r["content"][0]["text"].as_str().unwrap_or_default().to_string();
     if r["isError"] == json!(true) { Err(text) } else { Ok(text) }
+}
+
+/// A record the store lost without an outage toolmux could see (evicted, or a Redis restarted
+/// between two commands) comes back whole with the session's next change, not as that change
+/// alone: the subscription made before it is still stored.
+#[tokio::test]
+async fn a_record_the_store_lost_comes_back_whole_with_the_next_change() {
+    let redis = Redis::start().await;
+    let backend = ConformanceBackend::start().await;
+    let a = Served::start(&backend.config("a.toml", &redis.url())).await;
+    let s = RawSession::open_url(&a.url).await;
+    s.request("resources/subscribe", json!({"uri": "test://watched-resource"})).await;
+    let mut c = redis.client().get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("DEL").arg(Redis::record_key(&s.id)).query_async::<()>(&mut c).await.unwrap();
+    s.request("logging/setLevel", json!({"level": "error"})).await;
+    let fields = redis.record(&s.id).await;
+    assert_eq!(fields.get("level").map(String::as_str), Some("error"), "{fields:?}");
+    assert!(fields.contains_key("sub:test://watched-resource"), "the whole record is back: {fields:?}");
+    assert_eq!(fields.get("principal").map(String::as_str), Some("anonymous"), "{fields:?}");
 }
