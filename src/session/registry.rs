@@ -80,11 +80,6 @@ impl Registry {
         let named = inner.by_id.values().filter(|e| e.handle.strong_count() > 0).count();
         named + inner.unnamed.iter().filter(|w| w.strong_count() > 0).count()
     }
-
-    /// Sessions claimed and not ended (initialised or not).
-    pub fn held(&self) -> usize {
-        self.inner.lock().expect("registry lock").by_id.len()
-    }
 }
 
 #[cfg(test)]
@@ -100,12 +95,12 @@ mod tests {
         assert_eq!(r.claim("s1", "alice"), Ok(()), "a replay of the same owner");
         assert_eq!(r.claim("s1", "mallory"), Err(Taken));
         assert_eq!(r.owner("s1").as_deref(), Some("alice"));
-        assert_eq!((r.held(), r.live()), (1, 0), "claimed, not yet initialised");
+        assert_eq!(r.live(), 0, "claimed, not yet initialised");
         let handle = SessionHandle::new(Caller::anonymous(), Arc::new(Snapshot::empty()), 1);
         r.bind(Some("s1"), &handle);
         assert_eq!(r.live(), 1);
         assert!(r.end("s1"));
-        assert_eq!((r.owner("s1"), r.held(), r.live()), (None, 0, 0));
+        assert_eq!((r.owner("s1"), r.live()), (None, 0));
         assert!(!r.end("s1"));
         r.claim("s1", "mallory").unwrap();
         assert_eq!(r.owner("s1").as_deref(), Some("mallory"), "an ended id is free");

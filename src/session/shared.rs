@@ -482,7 +482,6 @@ impl SharedSessions {
             return true;
         };
         if ended {
-            self.local.lock().expect("local lock").remove(id);
             return false;
         }
         if kept {
@@ -507,12 +506,8 @@ impl SharedSessions {
             pipe.exists(self.ended_key(id));
         }
         let Ok(ended) = self.run::<Vec<bool>>(&pipe).await else { return Vec::new() };
-        let ended: Vec<String> = ids.iter().zip(ended).filter(|(_, e)| *e).map(|(id, _)| id.clone()).collect();
-        let mut local = self.local.lock().expect("local lock");
-        for id in &ended {
-            local.remove(id);
-        }
-        ended
+        // Their copies here go when rmcp closes them (`ended_here`, through the registry).
+        ids.iter().zip(ended).filter(|(_, e)| *e).map(|(id, _)| id.clone()).collect()
     }
 
     /// How often a held session is checked for having been ended elsewhere, and pushes its
