@@ -80,8 +80,8 @@ pub fn router(
         max_sessions: server.limits.max_sessions,
         shared,
     });
-    if edge.shared.is_some() {
-        tokio::spawn(sweep_ended(edge.clone(), ct.child_token()));
+    if let Some(shared) = edge.shared.clone() {
+        tokio::spawn(sweep_ended(edge.clone(), shared, ct.child_token()));
     }
     let gate =
         Arc::new(auth::Edge { auth: auth.1, resource_url: auth.0.resource_url.clone(), path: server.path.clone() });
@@ -362,8 +362,7 @@ impl Edge {
 
 /// Ends here, every [`SharedSessions::refresh_every`], the held sessions that a `DELETE` on
 /// another replica ended, whether or not they are in use: the bound docs/operations.md states.
-async fn sweep_ended(edge: Arc<Edge>, ct: CancellationToken) {
-    let Some(shared) = edge.shared.clone() else { return };
+async fn sweep_ended(edge: Arc<Edge>, shared: Arc<SharedSessions>, ct: CancellationToken) {
     let mut tick = tokio::time::interval(shared.refresh_every());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
