@@ -9,6 +9,8 @@
 //! It also has the tool the custom-header scenario (SEP-2243) looks for, [`CUSTOM_HEADER`]: its
 //! `region` argument travels in `Mcp-Param-Region` too, and this server checks that header
 //! (rmcp does, through `get_tool`), so a call toolmux forwarded without it fails here.
+//!
+//! And the tasks scenarios' tools (SEP-2663), in [`tasks`].
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -18,8 +20,13 @@ use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 
+#[path = "tasks.rs"]
+mod tasks;
+
 #[derive(Clone, Default)]
 pub struct Mrtr {
+    /// The tasks scenarios' tools and the tasks they run.
+    tasks: tasks::Tasks,
     /// Request states issued and not yet spent.
     states: Arc<Mutex<HashSet<String>>>,
     /// Tools added by `test_trigger_tool_change`, and how many times the list changed.
@@ -188,7 +195,12 @@ impl ServerHandler for Mrtr {
     fn get_info(&self) -> ServerConfig {
         // Tool-list changes are announced (test_trigger_tool_change): without the capability, a
         // listen stream is acknowledged with an empty filter and carries nothing.
-        let caps = ServerCapabilities::builder().enable_tools().enable_tool_list_changed().enable_prompts().build();
+        let caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_prompts()
+            .enable_tasks()
+            .build();
         ServerConfig::new(caps).with_server_info(Implementation::new("conformance-mrtr", env!("CARGO_PKG_VERSION")))
     }
 
@@ -201,6 +213,7 @@ impl ServerHandler for Mrtr {
         let mut tools: Vec<Tool> =
             TOOLS.iter().map(|n| Tool::new(*n, "An input-required conformance scenario", schema.clone())).collect();
         tools.push(custom_header_tool());
+        tools.extend(self.tasks.tools());
         tools.extend(DIAGNOSTICS.iter().map(|n| Tool::new(*n, "A stateless-server diagnostic", schema.clone())));
         let added = self.added.lock().expect("added lock").clone();
         tools.extend(added.into_iter().map(|n| Tool::new(n, "Added by test_trigger_tool_change", schema.clone())));
@@ -273,8 +286,21 @@ impl ServerHandler for Mrtr {
                 self.changed.send_modify(|n| *n += 1);
                 Ok(text(format!("added {name}")).into())
             }
+            name if tasks::Tasks::serves(name) => self.tasks.call(&request, &caps),
             _ => self.call(&request, Some(caps)),
         }
+    }
+
+    async fn get_task(&self, request: GetTaskParams, _c: RequestContext<RoleServer>) -> Result<GetTaskResult, ErrorData> {
+        self.tasks.get(request)
+    }
+
+    async fn update_task(&self, request: UpdateTaskParams, _c: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        self.tasks.update(request)
+    }
+
+    async fn cancel_task(&self, request: CancelTaskParams, _c: RequestContext<RoleServer>) -> Result<(), ErrorData> {
+        self.tasks.cancel(request)
     }
 
     async fn list_prompts(
