@@ -34,6 +34,8 @@ struct Shared {
     /// Calls the client cancelled before they finished (reported by `testkit`'s `cancelled_calls`).
     cancelled: std::sync::atomic::AtomicU64,
     list_delay: Duration,
+    /// `job`'s tasks, for clients that support tasks.
+    tasks: rmcp::task_manager::TaskManager,
 }
 
 /// What one MCP session of a demo server keeps (`remember`, `logging/setLevel`).
@@ -61,6 +63,7 @@ impl DemoServer {
                 tools_changed: tokio::sync::watch::channel(0).0,
                 cancelled: Default::default(),
                 list_delay: backend.list_delay,
+                tasks: Default::default(),
             }),
             session: Arc::default(),
         }
@@ -101,6 +104,7 @@ impl ServerHandler for DemoServer {
                 .enable_resources()
                 .enable_prompts()
                 .enable_logging()
+                .enable_tasks()
                 .build(),
         )
         .with_server_info({
@@ -268,6 +272,26 @@ impl ServerHandler for DemoServer {
                 }
                 text(if sent { "sent" } else { "below the session's level" })
             }
+            "job" => {
+                let ms = arg("ms").as_u64().unwrap_or(0);
+                let label = arg("label").as_str().unwrap_or("job").to_string();
+                let work = Duration::from_millis(ms);
+                if context.client_capabilities().is_some_and(|c| c.supports_tasks()) {
+                    use rmcp::task_manager::{TaskExit, TaskOptions};
+                    let options = TaskOptions::new().with_poll_interval_ms(50);
+                    let task = self.shared.tasks.spawn(options, move |cx| {
+                        Box::pin(async move {
+                            tokio::select! {
+                                _ = tokio::time::sleep(work) => Ok(text(format!("{label} done after {ms} ms"))),
+                                _ = cx.cancelled() => Err(TaskExit::Cancelled),
+                            }
+                        })
+                    });
+                    return Ok(CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task)));
+                }
+                tokio::time::sleep(work).await;
+                text(format!("{label} done after {ms} ms"))
+            }
             "cancelled_calls" => text(self.shared.cancelled.load(std::sync::atomic::Ordering::SeqCst).to_string()),
             "exit" => std::process::exit(3),
             "add_tool" => self.add_tool(arg("name").as_str().unwrap_or("added")).await,
@@ -280,6 +304,30 @@ impl ServerHandler for DemoServer {
             }
         };
         Ok(result.into())
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        self.shared.tasks.get_task(&request.task_id).map(rmcp::model::GetTaskResult::new)
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.shared.tasks.update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.shared.tasks.cancel_task(&request.task_id)
     }
 
     async fn list_resources(

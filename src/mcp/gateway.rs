@@ -75,6 +75,8 @@ pub struct Gateway {
     pub relay: Arc<Hub>,
     /// Calls waiting for a session-less client's input (`rounds`).
     pub parked: Arc<Parked>,
+    /// Tasks backends run for this gateway's clients, by the id the client was given.
+    pub tasks: super::tasks::TaskRoutes,
     /// The client sessions held here, from their claim to their end ([`Registry`]).
     registry: Arc<Registry>,
     /// Bumped when the generation or any backend's advertisability changes.
@@ -120,6 +122,7 @@ impl Gateway {
             policy: arc_swap::ArcSwap::from_pointee(p.policy),
             relay: p.relay,
             parked: Arc::default(),
+            tasks: Default::default(),
             registry: Arc::default(),
             epoch,
             notices: Notifier::new(p.notice_window),

@@ -7,6 +7,7 @@ pub mod meta;
 pub mod relay;
 pub mod rounds;
 pub mod status;
+pub mod tasks;
 
 pub use gateway::Gateway;
 pub use handler::GatewayHandler;

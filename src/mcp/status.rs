@@ -31,7 +31,17 @@ pub struct Status {
     pub backends: Vec<BackendStatus>,
     pub sessions: SessionStatus,
     pub embedder: EmbedderStatus,
+    pub tasks: TaskStatus,
     pub reload: ReloadLog,
+}
+
+/// Tasks backends run for clients (SEP-2663), as this replica knows them.
+#[derive(Debug, Serialize)]
+pub struct TaskStatus {
+    /// Tasks remembered here (finished ones included until they expire or are pushed out).
+    pub relayed: usize,
+    /// At most this many are remembered (`mcp::tasks::MAX_ROUTES`).
+    pub limit: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -142,6 +152,7 @@ impl Gateway {
                 store: self.shared_sessions().map(|s| s.status()),
             },
             embedder,
+            tasks: TaskStatus { relayed: self.tasks.len(), limit: super::tasks::MAX_ROUTES },
             reload: self.reloads.lock().expect("reload log").clone(),
         }
     }

@@ -640,6 +640,22 @@ impl SharedSessions {
         }
     }
 
+    fn task_key(&self, id: &str) -> String {
+        format!("{}task:{}", self.prefix, base16ct::lower::encode_string(&Sha256::digest(id.as_bytes())))
+    }
+
+    /// Stores a relayed task's route (`value`, opaque here) for `ttl`, for the replicas that
+    /// did not create it (see `mcp::tasks`).
+    pub async fn put_task(&self, id: &str, value: &str, ttl: Duration) -> Result<(), Unreachable> {
+        let ms = ttl.as_millis().clamp(1, i64::MAX as u128) as u64;
+        self.run::<()>(redis::pipe().set(self.task_key(id), value).arg("PX").arg(ms).ignore()).await
+    }
+
+    /// A task route another replica stored.
+    pub async fn fetch_task(&self, id: &str) -> Result<Option<String>, Unreachable> {
+        self.run(redis::pipe().get(self.task_key(id))).await.map(one)
+    }
+
     /// Whether backend sessions are stored for other replicas to take over (`sessions.secret`).
     pub fn hands_over_backend_sessions(&self) -> bool {
         self.seal_key.is_some()

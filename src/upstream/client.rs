@@ -119,8 +119,11 @@ pub fn request_name(request: &InputRequest) -> &'static str {
 
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
-        // Sampling and elicitation are relayed to the client session that made the call.
-        let caps = ClientCapabilities::builder().enable_sampling().enable_elicitation().build();
+        // Sampling and elicitation are relayed to the client session that made the call; tasks
+        // (SEP-2663) are relayed to the client that created them, or run to their end for one
+        // that cannot follow a task. (A 2026-07-28 backend is told, with each tool call, what
+        // the calling client itself declared: see `Backend::call_tool`.)
+        let caps = ClientCapabilities::builder().enable_sampling().enable_elicitation().enable_tasks().build();
         ClientConfig::new(caps, Implementation::new("toolmux", env!("CARGO_PKG_VERSION")))
     }
 

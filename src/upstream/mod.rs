@@ -34,11 +34,12 @@ use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientCapabilities,
-    ClientRequest, CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-    InputRequiredResult, ProgressToken, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, RequestId, RequestMetaObject, Resource, ResourceTemplate, ServerNotification, ServerResult,
-    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
+    ClientCapabilities, ClientRequest, CompleteRequestParams, CompleteResult, CreateTaskResult, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult, InputRequiredResult, ProgressToken, Prompt,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, RequestId, RequestMetaObject,
+    Resource, ResourceTemplate, ServerNotification, ServerResult, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::{ClientServiceExt, ErrorData};
@@ -77,6 +78,9 @@ pub enum Answer<T> {
     /// The backend (2026-07-28) needs the client's answers to these requests; the client's
     /// retry carries them with the request state.
     InputRequired(InputRequiredResult),
+    /// The backend runs the tool call as a task (SEP-2663): the client follows it with
+    /// `tasks/get`. Only a tool call is answered this way.
+    Task(CreateTaskResult),
 }
 
 /// Why a forwarded request did not produce a result.
@@ -637,6 +641,7 @@ impl Backend {
         match outcome {
             Ok(ServerResult::CallToolResult(r)) => Ok(Answer::Complete(r)),
             Ok(ServerResult::InputRequiredResult(r)) => Ok(Answer::InputRequired(r)),
+            Ok(ServerResult::CreateTaskResult(r)) => Ok(Answer::Task(r)),
             Ok(ServerResult::EmptyResult(_)) => Ok(Answer::Complete(CallToolResult::success(Vec::new()))),
             Ok(_) => Err(self.other_kind_of_result()),
             Err(e @ (CallError::Cancelled | CallError::Timeout { .. })) => {
@@ -676,6 +681,36 @@ impl Backend {
             GetPromptResponse::InputRequired(r) => Ok(Answer::InputRequired(r)),
             _ => Err(self.other_kind_of_result()),
         }
+    }
+
+    /// `tasks/get` for a task this backend created (its own id in `params`).
+    pub async fn get_task(
+        &self,
+        link: &Link,
+        params: GetTaskParams,
+        ct: &CancellationToken,
+    ) -> Result<GetTaskResult, CallError> {
+        self.forward(link, ct, |p| async move { p.get_task(params).await }).await
+    }
+
+    /// `tasks/update`: the client's answers to a task's input requests.
+    pub async fn update_task(
+        &self,
+        link: &Link,
+        params: UpdateTaskParams,
+        ct: &CancellationToken,
+    ) -> Result<(), CallError> {
+        self.forward(link, ct, |p| async move { p.update_task(params).await }).await
+    }
+
+    /// `tasks/cancel`: asks the backend to stop a task (cooperative: it settles as it decides).
+    pub async fn cancel_task(
+        &self,
+        link: &Link,
+        params: CancelTaskParams,
+        ct: &CancellationToken,
+    ) -> Result<(), CallError> {
+        self.forward(link, ct, |p| async move { p.cancel_task(params).await }).await
     }
 
     pub async fn complete(

@@ -291,7 +291,11 @@ impl ServerHandler for Mrtr {
         }
     }
 
-    async fn get_task(&self, request: GetTaskParams, _c: RequestContext<RoleServer>) -> Result<GetTaskResult, ErrorData> {
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _c: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
         self.tasks.get(request)
     }
 

@@ -8,7 +8,8 @@
 //!   `seconds` long, settling `cancelled` when cancelled;
 //! - `failing_job`: needs the extension (-32021 without it); a task that ends in a tool error;
 //! - `protocol_error_job`: a task that fails with a protocol error;
-//! - `confirm_delete`, `multi_input`: tasks that ask the client for one / two answers at once;
+//! - `confirm_delete`, `multi_input`: tasks that ask the client for one / two answers at once
+//!   (`confirm_delete` asks in an input-required round for a client without tasks);
 //! - `test_tool_with_task`: one input-required round, then a task whose result uses the answer.
 
 use std::sync::Arc;
@@ -75,7 +76,8 @@ impl Tasks {
         let tasks = caps.supports_tasks();
         let args = p.arguments.clone().unwrap_or_default();
         let arg = |k: &str| args.get(k).cloned().unwrap_or(Value::Null);
-        let required = || ErrorData::missing_required_client_capability(ClientCapabilities::builder().enable_tasks().build());
+        let required =
+            || ErrorData::missing_required_client_capability(ClientCapabilities::builder().enable_tasks().build());
         match p.name.as_ref() {
             "greet" => Ok(text(format!("Hello, {}!", arg("name").as_str().unwrap_or("stranger"))).into()),
             "slow_compute" => {
@@ -98,10 +100,26 @@ impl Tasks {
                 Ok(CallToolResult::error(vec![ContentBlock::text("the job failed, as it always does")]))
             })),
             "protocol_error_job" if !tasks => Err(required()),
-            "protocol_error_job" => Ok(self.spawn(|_| async {
-                Err(TaskExit::Error(ErrorData::internal_error("the job crashed", None)))
-            })),
-            "confirm_delete" if !tasks => Err(required()),
+            "protocol_error_job" => {
+                Ok(self.spawn(|_| async { Err(TaskExit::Error(ErrorData::internal_error("the job crashed", None))) }))
+            }
+            // Without tasks, the confirmation is one input-required round instead.
+            "confirm_delete" if !tasks => {
+                let file = arg("filename").as_str().unwrap_or("a file").to_string();
+                match p.input_responses.as_ref().and_then(|r| r.get("confirm")) {
+                    Some(answer) => {
+                        Ok(text(if accepted(answer) { format!("deleted {file}") } else { format!("kept {file}") })
+                            .into())
+                    }
+                    None => {
+                        let ask = elicitation(&format!("Delete {file}?"))
+                            .map_err(|_| ErrorData::internal_error("the question does not parse", None))?;
+                        let mut requests = InputRequests::new();
+                        requests.insert("confirm".to_string(), ask);
+                        Ok(CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), None)))
+                    }
+                }
+            }
             "confirm_delete" => {
                 let file = arg("filename").as_str().unwrap_or("a file").to_string();
                 Ok(self.spawn(move |cx| async move {
@@ -121,7 +139,8 @@ impl Tasks {
                 None => {
                     let ask = json!({"method": "elicitation/create", "params": {"message": "What is your name?",
                         "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}});
-                    let ask = serde_json::from_value(ask).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+                    let ask =
+                        serde_json::from_value(ask).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
                     let mut requests = InputRequests::new();
                     requests.insert("user_name".to_string(), ask);
                     Ok(CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), None)))

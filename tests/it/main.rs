@@ -21,3 +21,4 @@ mod repo;
 mod rounds;
 mod search;
 mod sessions;
+mod tasks;

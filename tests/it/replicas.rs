@@ -911,3 +911,44 @@ async fn a_record_the_store_lost_comes_back_whole_with_the_next_change() {
     assert!(fields.contains_key("sub:test://watched-resource"), "the whole record is back: {fields:?}");
     assert_eq!(fields.get("principal").map(String::as_str), Some("anonymous"), "{fields:?}");
 }
+
+/// A task made through one replica is followed and cancelled through another: the route to it
+/// (backend, the backend's id, its owner) is in the store, under the gateway's id. Without the
+/// store the other replica would answer "unknown task".
+#[tokio::test]
+async fn a_task_is_followed_through_any_replica() {
+    use crate::tasks::{Tasking, get, settled};
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, CancelTaskParams, TaskStatus};
+    use rmcp::{ClientLifecycleMode, ClientServiceExt, model::ProtocolVersion};
+    let redis = Redis::start().await;
+    let backends = Backends::start().await;
+    let config = backends.config("passthrough", &redis, "");
+    let (a, b) = (Served::start(&config).await, Served::start(&config).await);
+    let connect = |url: String| async move {
+        Tasking
+            .serve_with_lifecycle(
+                rmcp::transport::StreamableHttpClientTransport::from_uri(url),
+                ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+            )
+            .await
+            .expect("a 2026-07-28 client connects")
+    };
+    let (on_a, on_b) = (connect(a.url.clone()).await, connect(b.url.clone()).await);
+    let call = CallToolRequestParams::new("kit_job")
+        .with_arguments(json!({"ms": 60_000, "label": "far"}).as_object().unwrap().clone());
+    let id = match on_a.peer().call_tool_once(call).await.unwrap() {
+        CallToolResponse::Task(t) => t.task.task_id,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    let got = get(&on_b, &id).await.expect("the other replica finds the task");
+    assert_eq!((got.task.task.task_id.as_str(), got.task.status()), (id.as_str(), TaskStatus::Working));
+    on_b.peer().cancel_task(CancelTaskParams::new(id.clone())).await.unwrap();
+    assert_eq!(settled(&on_a, &id).await.task.status(), TaskStatus::Cancelled);
+    let key = format!(
+        "toolmux:task:{}",
+        base16ct::lower::encode_string(&<sha2::Sha256 as sha2::Digest>::digest(id.as_bytes()))
+    );
+    let mut c = redis.client().get_multiplexed_async_connection().await.unwrap();
+    let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut c).await.unwrap();
+    assert!(ttl > 0, "the route is stored with an expiry ({ttl})");
+}

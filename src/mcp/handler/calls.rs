@@ -9,7 +9,7 @@ use rmcp::ErrorData;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, InputRequests, InputRequiredResult};
 use rmcp::service::{RequestContext, RoleServer};
 
-use super::{Completed, GatewayHandler, call_error};
+use super::{Completed, GatewayHandler, call_error, tasks};
 use crate::config::Mode;
 use crate::mcp::meta;
 use crate::mcp::relay::{Ask, CallClient, Relayed};
@@ -179,8 +179,17 @@ impl GatewayHandler {
         // rmcp hands notifications to spawned tasks, so the last ones can trail the response by
         // a scheduling step: let them land, and pass them on before the result.
         settle(&mut call.relayed, &ctx.peer).await;
+        // A task for a client that cannot follow one: the gateway follows it, the client gets
+        // the call's result.
+        let outcome = match outcome {
+            Ok(Answer::Task(created)) if !call.client.as_ref().is_some_and(|c| c.supports_tasks()) => {
+                tasks::run_to_end(&call.backend, &call.link, created, &call.ct).await.map(Answer::Complete)
+            }
+            other => other,
+        };
         let label = match &outcome {
             Ok(Answer::Complete(r)) if r.is_error == Some(true) => "is_error",
+            Ok(Answer::Task(_)) => "task",
             Ok(_) => "ok",
             Err(CallError::Timeout { .. }) => "timeout",
             Err(CallError::Cancelled) => "cancelled",
@@ -197,6 +206,7 @@ impl GatewayHandler {
             Ok(Answer::Complete(r)) => Ok(r.completed().into()),
             // A 2026-07-28 backend's own round, for a client that speaks it: unchanged.
             Ok(Answer::InputRequired(r)) => Ok(CallToolResponse::InputRequired(r)),
+            Ok(Answer::Task(created)) => self.task_created(&call.backend, &call.link, created, ctx).await,
             Err(e) => {
                 if matches!(
                     e,
@@ -281,7 +291,7 @@ impl GatewayHandler {
             answer = send(params.clone().answered(responses, asked.request_state)).await?;
         }
         match answer {
-            Answer::Complete(_) => Ok(answer),
+            Answer::Complete(_) | Answer::Task(_) => Ok(answer),
             Answer::InputRequired(_) => Err(CallError::Remote {
                 backend: backend.to_string(),
                 error: ErrorData::internal_error(too_many_rounds_text(backend), None),

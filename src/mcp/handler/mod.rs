@@ -28,8 +28,8 @@ use rmcp::model::{
     Tool,
 };
 use rmcp::model::{
-    CompleteRequestParams, CompleteResult, CompletionInfo, Reference, SetLevelRequestParams, SubscribeRequestParams,
-    SubscriptionFilter, UnsubscribeRequestParams,
+    CancelTaskParams, CompleteRequestParams, CompleteResult, CompletionInfo, GetTaskParams, GetTaskResult, Reference,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
@@ -45,6 +45,7 @@ mod calls;
 mod lifecycle;
 mod resources;
 mod search;
+mod tasks;
 
 pub struct GatewayHandler {
     gw: Arc<Gateway>,
@@ -174,6 +175,7 @@ impl ServerHandler for GatewayHandler {
             .enable_resources_subscribe()
             .enable_tools()
             .enable_tool_list_changed()
+            .enable_tasks()
             .build();
         if self.gw.mode == Mode::Optimizer {
             caps.tools = Some(Default::default());
@@ -407,10 +409,37 @@ impl ServerHandler for GatewayHandler {
             match answer {
                 Ok(Answer::Complete(r)) => Ok(r.completed().into()),
                 Ok(Answer::InputRequired(r)) => Ok(r.into()),
+                Ok(Answer::Task(_)) => Err(not_a_tool_call()),
                 Err(e) => Err(wire_error(e)),
             }
         })
         .await
+    }
+
+    /// `tasks/*` (SEP-2663): rmcp answers -32021 before these for a client that did not declare
+    /// the extension; the rest is in `tasks`.
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.measured("tasks/get", &context, self.relay_get_task(request, &context)).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.measured("tasks/update", &context, self.relay_update_task(request, &context)).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.measured("tasks/cancel", &context, self.relay_cancel_task(request, &context)).await
     }
 
     async fn list_prompts(
@@ -443,6 +472,7 @@ impl ServerHandler for GatewayHandler {
             match answer {
                 Ok(Answer::Complete(r)) => Ok(r.completed().into()),
                 Ok(Answer::InputRequired(r)) => Ok(r.into()),
+                Ok(Answer::Task(_)) => Err(not_a_tool_call()),
                 Err(e) => Err(wire_error(e)),
             }
         })
@@ -469,6 +499,11 @@ macro_rules! completed {
 }
 
 completed!(CallToolResult, ReadResourceResult, GetPromptResult, CompleteResult);
+
+/// A backend that answered a resource or prompt request with a task (only a tool call may).
+fn not_a_tool_call() -> ErrorData {
+    ErrorData::internal_error("the backend answered with a task, which only a tool call may be", None)
+}
 
 /// A failed forwarded tool call, as the client sees it.
 fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {
