@@ -73,6 +73,8 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize, policy: Arc<dyn Policy>) 
         mode: Mode::Optimizer,
         max_tools: 8,
         find_tool_description: None,
+        pinned: Vec::new(),
+        answer: Default::default(),
         aggregation: Default::default(),
         store,
         upstream,

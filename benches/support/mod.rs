@@ -114,6 +114,8 @@ pub fn optimizer_gateway(store: Arc<toolmux::store::Store>) -> Arc<toolmux::mcp:
         mode: toolmux::config::Mode::Optimizer,
         max_tools: 8,
         find_tool_description: None,
+        pinned: Vec::new(),
+        answer: Default::default(),
         aggregation: Default::default(),
         store,
         upstream: upstream(),

@@ -130,6 +130,8 @@ impl App {
             mode: config.server.mode,
             max_tools: config.optimizer.max_tools_to_return,
             find_tool_description: config.optimizer.find_tool_description.clone(),
+            pinned: config.optimizer.pinned.clone(),
+            answer: config.optimizer.answer,
             aggregation: config.aggregation.clone(),
             store,
             upstream: upstream.clone(),

@@ -179,6 +179,22 @@ pub struct OptimizerConfig {
     pub find_tool_description: Option<String>,
     /// Longest `tool_description`, and longest `tool_keywords` joined, find_tool accepts.
     pub max_query_chars: usize,
+    /// Globs over exposed tool names: tools listed beside find_tool and call_tool, callable
+    /// by name (each still under policy and health).
+    pub pinned: Vec<String>,
+    /// How find_tool describes the tools it found, unless asked for more (`describe`).
+    pub answer: AnswerForm,
+}
+
+/// How much of each tool find_tool's answer carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AnswerForm {
+    /// Name, the description's first sentence, and the input schema with its required
+    /// properties whole and the optional ones reduced to their type.
+    #[default]
+    Compact,
+    /// Every tool's whole definition (the reference gateway's answer).
+    Full,
 }
 
 pub const DEFAULT_MAX_QUERY_CHARS: usize = 2000;
@@ -646,7 +662,31 @@ impl Validator<'_> {
             cache_dir: raw.cache_dir.map(PathBuf::from),
             find_tool_description: raw.find_tool_description,
             max_query_chars: self.count("optimizer.max_query_chars", raw.max_query_chars, DEFAULT_MAX_QUERY_CHARS),
+            pinned: self.pinned(raw.pinned.unwrap_or_default()),
+            answer: match raw.answer.as_deref() {
+                None | Some("compact") => AnswerForm::Compact,
+                Some("full") => AnswerForm::Full,
+                Some(other) => {
+                    self.problem("optimizer.answer", format!("`{other}` is not compact or full"));
+                    AnswerForm::Compact
+                }
+            },
         }
+    }
+
+    /// `optimizer.pinned`: globs over exposed names, each checked here.
+    fn pinned(&mut self, globs: Vec<String>) -> Vec<String> {
+        for (i, g) in globs.iter().enumerate() {
+            if g.trim().is_empty() {
+                self.problem(
+                    format!("optimizer.pinned[{i}]"),
+                    "is empty; give a tool name or a glob such as \"github_*\"",
+                );
+            } else if let Err(e) = globset::Glob::new(g) {
+                self.problem(format!("optimizer.pinned[{i}]"), format!("`{g}` is not a glob: {}", e.kind()));
+            }
+        }
+        globs
     }
 
     fn health(&mut self, raw: raw::Health) -> HealthConfig {

@@ -163,6 +163,8 @@ pub struct Optimizer {
     pub cache_dir: Option<String>,
     pub find_tool_description: Option<String>,
     pub max_query_chars: Option<i64>,
+    pub pinned: Option<Vec<String>>,
+    pub answer: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

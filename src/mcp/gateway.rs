@@ -6,7 +6,8 @@
 //! carries the generation and health version it was built at, and a request that finds its
 //! session's snapshot older than either rebuilds it before use (microseconds), so no answer is
 //! computed over a scope the gateway already knows to be wrong. The workers swap eagerly too,
-//! and in passthrough mode send `tools/list_changed` on the debounced notice ticks.
+//! and send `tools/list_changed` on the debounced notice ticks when what the client lists
+//! changed (every tool in passthrough mode; the pinned tools in optimizer mode).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -16,7 +17,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog::Aggregation;
-use crate::config::{Limits, Mode};
+use crate::config::{AnswerForm, Limits, Mode};
 use crate::health::Monitor;
 use crate::health::notifier::Notifier;
 use crate::mcp::relay::{Hub, SessionRelay};
@@ -45,6 +46,9 @@ pub struct Parts {
     pub mode: Mode,
     pub max_tools: usize,
     pub find_tool_description: Option<String>,
+    /// `optimizer.pinned`: globs over exposed names, checked by the configuration.
+    pub pinned: Vec<String>,
+    pub answer: AnswerForm,
     pub aggregation: Aggregation,
     pub store: Arc<Store>,
     pub upstream: Arc<Upstream>,
@@ -66,6 +70,10 @@ pub struct Gateway {
     pub mode: Mode,
     pub max_tools: usize,
     pub find_tool_description: Option<String>,
+    /// Tools listed beside the meta-tools in optimizer mode (`optimizer.pinned`); `None`: none.
+    pinned: Option<globset::GlobSet>,
+    /// How find_tool describes what it found (`optimizer.answer`).
+    pub answer: AnswerForm,
     pub aggregation: Aggregation,
     pub store: Arc<Store>,
     pub upstream: Arc<Upstream>,
@@ -108,6 +116,23 @@ pub struct Gateway {
     ct: CancellationToken,
 }
 
+/// The pinned globs as one set (the configuration checked each one); `None` when there are none.
+fn pinned_set(globs: &[String]) -> Option<globset::GlobSet> {
+    if globs.is_empty() {
+        return None;
+    }
+    let mut set = globset::GlobSetBuilder::new();
+    for g in globs {
+        match globset::Glob::new(g) {
+            Ok(g) => {
+                set.add(g);
+            }
+            Err(e) => tracing::warn!(glob = %g, error = %e, "optimizer.pinned: not a glob, ignored"),
+        }
+    }
+    set.build().ok()
+}
+
 impl Gateway {
     pub fn new(p: Parts) -> Arc<Self> {
         let (epoch, _) = watch::channel(0);
@@ -115,6 +140,8 @@ impl Gateway {
             mode: p.mode,
             max_tools: p.max_tools,
             find_tool_description: p.find_tool_description,
+            pinned: pinned_set(&p.pinned),
+            answer: p.answer,
             aggregation: p.aggregation,
             store: p.store,
             upstream: p.upstream,
@@ -148,6 +175,29 @@ impl Gateway {
     /// Shares this gateway's sessions through `store` (before it serves any).
     pub fn share_sessions(&self, store: Arc<SharedSessions>) {
         let _ = self.shared_sessions.set(store);
+    }
+
+    /// Whether `name` is pinned: in optimizer mode, listed beside find_tool and call_tool and
+    /// callable by its own name (the meta-tools' names are never taken).
+    pub fn is_pinned(&self, name: &str) -> bool {
+        self.mode == Mode::Optimizer
+            && name != super::meta::FIND_TOOL
+            && name != super::meta::CALL_TOOL
+            && self.pinned.as_ref().is_some_and(|p| p.is_match(name))
+    }
+
+    /// Whether `optimizer.pinned` names any tool pattern.
+    pub fn has_pinned(&self) -> bool {
+        self.pinned.is_some()
+    }
+
+    /// What a client lists from `snap`, as one number: when it changes, the client is told
+    /// (`tools/list_changed`). Every tool in passthrough mode; the pinned ones in optimizer mode.
+    pub fn listed(&self, snap: &Snapshot) -> u64 {
+        match self.mode {
+            Mode::Passthrough => snap.listed(),
+            Mode::Optimizer => snap.listed_where(|t| self.is_pinned(t.name())),
+        }
     }
 
     /// The store sessions are shared through, if any.
@@ -335,8 +385,8 @@ impl Gateway {
 }
 
 /// One per session: swaps in a fresh snapshot on every scope change (`watch` coalesces: one
-/// run at a time, and changes during a run make exactly one more), and in passthrough mode
-/// tells the client on each notice tick when its tools differ from what it was last told.
+/// run at a time, and changes during a run make exactly one more), and tells the client on each
+/// notice tick when what it lists ([`Gateway::listed`]) differs from what it was last told.
 async fn resync_worker(
     gw: Weak<Gateway>,
     session: Weak<SessionHandle>,
@@ -346,7 +396,10 @@ async fn resync_worker(
 ) {
     // What the client was last told it has (as [`Snapshot::listed`]: no generation is kept).
     let (mut told, rescoped) = match session.upgrade() {
-        Some(s) => (s.snapshot().listed(), s.rescoped.clone()),
+        Some(s) => match gw.upgrade() {
+            Some(gw) => (gw.listed(&s.snapshot()), s.rescoped.clone()),
+            None => return,
+        },
         None => return,
     };
     loop {
@@ -363,10 +416,10 @@ async fn resync_worker(
         let next = gw.scope_for(&session.caller());
         session.swap(next.clone());
         gw.counters.resyncs.fetch_add(1, Ordering::Relaxed);
-        if !notice || gw.mode != Mode::Passthrough {
+        if !notice {
             continue;
         }
-        let listed = next.listed();
+        let listed = gw.listed(&next);
         drop(next);
         if listed == told {
             continue;

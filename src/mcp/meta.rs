@@ -13,10 +13,13 @@ use crate::store::Verdict;
 pub const FIND_TOOL: &str = "find_tool";
 pub const CALL_TOOL: &str = "call_tool";
 
-pub const FIND_TOOL_DESCRIPTION: &str = "Find the tools that can do a task. Describe the capability you need in plain language \
-(tool_description) and optionally give keywords (tool_keywords); returns the best-matching tools with their full \
-input schemas and how well they match (match: good, weak or none). Then run one with call_tool. Call this before \
-call_tool whenever you need a tool you have not found yet.";
+pub const FIND_TOOL_DESCRIPTION: &str = "Search the tools this gateway can run. Call it whenever you need a capability \
+you do not already have a tool for: before guessing a tool name, and again with other words when the results do not \
+fit. Say in tool_description what you want done, in plain language (\"create an issue in a GitHub repository\", not \
+a tool name), and add distinctive words such as product names to tool_keywords. Returns the best-matching tools, best \
+first, with how well they match (match: good, weak or none); each has its name, what it does and its parameters \
+(required ones in full, optional ones by type: set describe to true for every parameter's description). Then run \
+one with call_tool, giving its exact name and arguments.";
 pub const CALL_TOOL_DESCRIPTION: &str = "Run a tool found by find_tool. Give its exact name as tool_name and its \
 arguments, matching the tool's inputSchema, as parameters. Returns the tool's own result.";
 
@@ -40,6 +43,10 @@ pub fn find_tool(description: Option<&str>) -> Tool {
                     "type": "array",
                     "items": {"type": "string"},
                     "description": "Optional keywords for the keyword search, e.g. [\"github\", \"pull request\"]."
+                },
+                "describe": {
+                    "type": "boolean",
+                    "description": "Optional: true returns each tool's full definition, every parameter with its description."
                 }
             },
             "required": ["tool_description"]
@@ -79,6 +86,8 @@ pub fn error_result(message: impl Into<String>) -> CallToolResult {
 pub struct FindArgs {
     pub description: String,
     pub keywords: Vec<String>,
+    /// `describe`: whole tool definitions instead of the compact form.
+    pub describe: bool,
 }
 
 pub fn parse_find(args: Option<&JsonObject>) -> Result<FindArgs, String> {
@@ -101,7 +110,14 @@ pub fn parse_find(args: Option<&JsonObject>) -> Result<FindArgs, String> {
         Some(Value::String(s)) => s.split_whitespace().map(str::to_string).collect(),
         Some(other) => return Err(format!("tool_keywords must be an array of strings; got {}", kind(other))),
     };
-    Ok(FindArgs { description, keywords })
+    let describe = match get_ci(args, "describe") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => false,
+        Some(other) => return Err(format!("describe must be true or false; got {}", kind(other))),
+    };
+    Ok(FindArgs { description, keywords, describe })
 }
 
 /// call_tool's arguments, after leniency.
@@ -231,9 +247,70 @@ impl Match {
     }
 }
 
+/// Longest one-line description in a compact answer, in characters.
+const COMPACT_DESCRIPTION_CHARS: usize = 200;
+
+/// A tool as a compact find_tool answer shows it: its name, the first sentence of its
+/// description, and its input schema with the required properties whole and each optional one
+/// reduced to its type (so the model knows it exists; `describe` gives the rest). Everything
+/// else (title, output schema, annotations, icons, `_meta`) is left out.
+pub fn compact(tool: &Tool) -> Tool {
+    let description = tool.description.as_deref().map(first_sentence).unwrap_or_default();
+    let schema = &tool.input_schema;
+    let required: Vec<&str> =
+        schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    let mut properties = Map::new();
+    if let Some(all) = schema.get("properties").and_then(Value::as_object) {
+        for (name, definition) in all {
+            let kept = if required.contains(&name.as_str()) {
+                definition.clone()
+            } else {
+                match definition.get("type") {
+                    Some(t) => json!({"type": t}),
+                    None => json!({}),
+                }
+            };
+            properties.insert(name.clone(), kept);
+        }
+    }
+    let mut input = Map::new();
+    if let Some(t) = schema.get("type") {
+        input.insert("type".into(), t.clone());
+    }
+    if !properties.is_empty() {
+        input.insert("properties".into(), Value::Object(properties));
+    }
+    if !required.is_empty() {
+        input.insert("required".into(), json!(required));
+    }
+    Tool::new(tool.name.clone(), description, Arc::new(input))
+}
+
+/// The first sentence (or line) of `text`, at most [`COMPACT_DESCRIPTION_CHARS`] characters.
+fn first_sentence(text: &str) -> String {
+    let text = text.trim();
+    let line = text.lines().next().unwrap_or_default().trim();
+    // A stop ends the sentence before a space and a capital, or at the end of the line (so
+    // "e.g. a.txt" and "v1.2" do not).
+    let end = line.char_indices().find_map(|(i, c)| {
+        let after = i + c.len_utf8();
+        let rest = &line[after..];
+        let ends = rest.is_empty()
+            || (rest.starts_with(char::is_whitespace)
+                && rest.trim_start().chars().next().is_some_and(|n| n.is_uppercase() || n.is_ascii_digit()));
+        (matches!(c, '.' | '!' | '?') && ends).then_some(after)
+    });
+    let sentence = &line[..end.unwrap_or(line.len())];
+    if sentence.chars().count() <= COMPACT_DESCRIPTION_CHARS {
+        return sentence.to_string();
+    }
+    let cut: String = sentence.chars().take(COMPACT_DESCRIPTION_CHARS - 1).collect();
+    format!("{}…", cut.trim_end())
+}
+
 /// find_tool's answer, as JSON text and as structuredContent.
 pub fn find_result(
-    tools: Vec<&Tool>,
+    tools: &[Tool],
     matched: &Match,
     metrics: TokenMetrics,
     mode: &str,

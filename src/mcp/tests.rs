@@ -55,7 +55,7 @@ fn token_metrics_savings() {
 #[test]
 fn find_result_carries_the_same_json_twice_and_tools_is_always_an_array() {
     let r = find_result(
-        vec![],
+        &[],
         &Match { verdict: crate::store::Verdict::None, scores: vec![], non_english: false },
         TokenMetrics::new(10, 0),
         "hybrid",
@@ -65,4 +65,58 @@ fn find_result_carries_the_same_json_twice_and_tools_is_always_an_array() {
     assert_eq!(sc["tools"], json!([]));
     let text = r.content[0].as_text().unwrap().text.clone();
     assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), sc);
+}
+
+#[test]
+fn a_compact_tool_keeps_what_a_call_needs() {
+    let schema = json!({"type": "object", "properties": {
+        "repo": {"type": "string", "description": "owner/name of the repository"},
+        "title": {"type": "string", "description": "The issue's title", "maxLength": 256},
+        "labels": {"type": "array", "items": {"type": "string"}, "description": "Labels to add"},
+        "draft": {"description": "no type here"}},
+        "required": ["repo", "title"], "additionalProperties": false});
+    let tool = rmcp::model::Tool::new(
+        "github_create_issue",
+        "Create an issue in a repository. Needs write access; labels must exist.\nMore text.",
+        std::sync::Arc::new(schema.as_object().unwrap().clone()),
+    )
+    .with_annotations(rmcp::model::ToolAnnotations::new().read_only(false));
+    let c = crate::mcp::meta::compact(&tool);
+    assert_eq!(c.name, "github_create_issue");
+    assert_eq!(c.description.as_deref(), Some("Create an issue in a repository."));
+    let got = serde_json::to_value(&c).unwrap();
+    assert_eq!(
+        got["inputSchema"],
+        json!({"type": "object", "properties": {
+            "repo": {"type": "string", "description": "owner/name of the repository"},
+            "title": {"type": "string", "description": "The issue's title", "maxLength": 256},
+            "labels": {"type": "array"},
+            "draft": {}},
+            "required": ["repo", "title"]})
+    );
+    assert!(got.get("annotations").is_none());
+    assert!(crate::catalog::token_weight(&c) < crate::catalog::token_weight(&tool));
+}
+
+#[test]
+fn a_compact_description_is_one_bounded_sentence() {
+    let long = "word ".repeat(100);
+    let tool = |d: &str| rmcp::model::Tool::new("t", d.to_string(), std::sync::Arc::new(serde_json::Map::new()));
+    let c = crate::mcp::meta::compact(&tool(&long));
+    let d = c.description.unwrap();
+    assert!(d.chars().count() <= 200 && d.ends_with('…'), "{d}");
+    // A dot inside a word or number does not end the sentence.
+    let c = crate::mcp::meta::compact(&tool("Reads v1.2 files, e.g. a.txt. Then more."));
+    assert_eq!(c.description.as_deref(), Some("Reads v1.2 files, e.g. a.txt."));
+    // No schema at all: none added.
+    assert_eq!(serde_json::to_value(&c).unwrap()["inputSchema"], json!({}));
+}
+
+#[test]
+fn describe_is_a_boolean() {
+    let a = parse_find(Some(&obj(json!({"tool_description": "x", "describe": true})))).unwrap();
+    assert!(a.describe);
+    assert!(!parse_find(Some(&obj(json!({"tool_description": "x"})))).unwrap().describe);
+    let e = parse_find(Some(&obj(json!({"tool_description": "x", "describe": 3})))).unwrap_err();
+    assert_eq!(e, "describe must be true or false; got a number");
 }

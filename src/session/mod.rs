@@ -171,9 +171,14 @@ impl Snapshot {
     /// order), as one number: two scopes with the same one list the same tools. Kept instead of
     /// a snapshot, it holds no generation alive.
     pub fn listed(&self) -> u64 {
+        self.listed_where(|_| true)
+    }
+
+    /// [`Self::listed`] over the allowed tools `keep` selects (optimizer mode's pinned tools).
+    pub fn listed_where(&self, keep: impl Fn(&CatalogTool) -> bool) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        for t in self.tools() {
+        for t in self.tools().filter(|t| keep(t)) {
             t.digest.hash(&mut h);
         }
         h.finish()

@@ -11,6 +11,7 @@ mod gateway;
 mod health;
 mod http;
 mod ops;
+mod optimizer;
 #[cfg(feature = "otlp")]
 mod otlp;
 mod policy;

@@ -198,6 +198,8 @@ async fn gateway(names: &[String], catalog: Catalog, policy: Arc<dyn Policy>) ->
         mode: toolmux::config::Mode::Optimizer,
         max_tools: 8,
         find_tool_description: None,
+        pinned: Vec::new(),
+        answer: Default::default(),
         aggregation: Default::default(),
         store,
         upstream,

@@ -149,13 +149,14 @@ fn session_key(context: &RequestContext<RoleServer>) -> Option<&SessionKey> {
 
 impl ServerHandler for GatewayHandler {
     /// The tool a `tools/call` names, for rmcp to check its SEP-2243 `Mcp-Param-*` headers
-    /// against the arguments (passthrough; optimizer mode's two tools declare none). A session's
+    /// against the arguments (passthrough, and optimizer mode's pinned tools; the meta-tools
+    /// declare none). A session's
     /// tool comes from its own scope. A session-less request has no caller here: its tool is
     /// given only when the policy lets every caller use everything, so that a header check can
     /// never tell a caller that a tool outside its scope exists (the backend, sent the same
     /// headers, checks them then).
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        if self.gw.mode != Mode::Passthrough {
+        if self.gw.mode != Mode::Passthrough && !self.gw.is_pinned(name) {
             return None;
         }
         let snap = match self.session.get() {
@@ -177,7 +178,8 @@ impl ServerHandler for GatewayHandler {
             .enable_tool_list_changed()
             .enable_tasks()
             .build();
-        if self.gw.mode == Mode::Optimizer {
+        // Optimizer mode's list changes only when it has pinned tools.
+        if self.gw.mode == Mode::Optimizer && !self.gw.has_pinned() {
             caps.tools = Some(Default::default());
         }
         ServerConfig::new(caps)
@@ -215,7 +217,12 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<ListToolsResult, ErrorData> {
         self.measured("tools/list", &context, async {
             let tools = match self.gw.mode {
-                Mode::Optimizer => vec![meta::find_tool(self.gw.find_tool_description.as_deref()), meta::call_tool()],
+                Mode::Optimizer => {
+                    let mut tools = vec![meta::find_tool(self.gw.find_tool_description.as_deref()), meta::call_tool()];
+                    let snap = self.snapshot(&context);
+                    tools.extend(snap.tools().filter(|t| self.gw.is_pinned(t.name())).map(|t| t.tool.clone()));
+                    tools
+                }
                 Mode::Passthrough => self.snapshot(&context).tools().map(|t| t.tool.clone()).collect(),
             };
             Ok(ListToolsResult::with_all_items(tools))
@@ -250,6 +257,12 @@ impl ServerHandler for GatewayHandler {
                         return self.forward_call(&snap, &args.tool_name, inner, &context).await;
                     }
                 },
+                // A pinned tool, called by its own name.
+                other if self.gw.is_pinned(other) => {
+                    let name = other.to_string();
+                    tracing::Span::current().record("tool", name.as_str());
+                    return self.forward_call(&snap, &name, request, &context).await;
+                }
                 other => meta::error_result(format!(
                     "unknown tool `{other}`: this gateway offers find_tool (to search) and call_tool (to run what find_tool returns)"
                 )),
@@ -343,20 +356,20 @@ impl ServerHandler for GatewayHandler {
         Some(SubscriptionFilter::builder().tools_list_changed().build())
     }
 
-    /// A stateless caller's `subscriptions/listen`: in passthrough mode, `tools/list_changed`
-    /// whenever that caller's visible tool list changes (optimizer mode's two tools never do).
+    /// A stateless caller's `subscriptions/listen`: `tools/list_changed` whenever what that
+    /// caller lists changes (in optimizer mode, only its pinned tools can).
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let caller = self.caller_of(context.request_context());
         let mut epochs = self.gw.subscribe_scopes();
         // What the listener was last told, as a number: a long-lived stream pins no generation.
-        let mut current = self.gw.scope_for(&caller).listed();
+        let mut current = self.gw.listed(&self.gw.scope_for(&caller));
         loop {
             tokio::select! {
                 _ = context.cancelled() => return Ok(()),
                 r = epochs.changed() => if r.is_err() { return Ok(()) },
             }
-            let next = self.gw.scope_for(&caller).listed();
-            if self.gw.mode == Mode::Passthrough && current != next {
+            let next = self.gw.listed(&self.gw.scope_for(&caller));
+            if current != next {
                 if context.sink().notify_tool_list_changed().await.is_err() {
                     return Ok(());
                 }

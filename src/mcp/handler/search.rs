@@ -5,6 +5,8 @@ use std::collections::HashSet;
 use rmcp::model::{CallToolResult, Tool};
 
 use super::GatewayHandler;
+use crate::catalog::token_weight;
+use crate::config::AnswerForm;
 use crate::index::{AllowList, Slot};
 use crate::mcp::meta::{self, TokenMetrics, Unavailable};
 use crate::session::Snapshot;
@@ -32,13 +34,19 @@ impl GatewayHandler {
                 "tool_keywords add up to {keyword_chars} characters; the limit is {max} (optimizer.max_query_chars). Give a few distinctive words."
             ));
         }
-        let query = Query { description: args.description, keywords: args.keywords };
+        let query = Query { description: args.description.clone(), keywords: args.keywords.clone() };
         let n = self.gw.max_tools;
         let generation = &snap.generation;
         let result = self.gw.store.search(generation, &snap.allow, &query, n, Ranker::Fused).await;
         self.gw.metrics.find_tool(&result);
-        let tools: Vec<&Tool> = result.hits.iter().map(|h| &generation.catalog.tools()[h.slot as usize].tool).collect();
-        let returned: u64 = result.hits.iter().map(|h| generation.catalog.tools()[h.slot as usize].tokens).sum();
+        let compact = self.gw.answer == AnswerForm::Compact && !args.describe;
+        let tools: Vec<Tool> = result
+            .hits
+            .iter()
+            .map(|h| &generation.catalog.tools()[h.slot as usize].tool)
+            .map(|t| if compact { meta::compact(t) } else { t.clone() })
+            .collect();
+        let returned: u64 = tools.iter().map(token_weight).sum();
         let unavailable = self.unavailable(snap, &query, &result.hits).await;
         let mode =
             serde_json::to_value(result.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
@@ -47,7 +55,7 @@ impl GatewayHandler {
             scores: result.similarity,
             non_english: crate::catalog::text::mostly_non_latin(&query.description),
         };
-        meta::find_result(tools, &matched, TokenMetrics::new(snap.baseline_tokens, returned), &mode, unavailable)
+        meta::find_result(&tools, &matched, TokenMetrics::new(snap.baseline_tokens, returned), &mode, unavailable)
     }
 
     /// Up to three names in `snap` (never outside it) closest to an unknown `name`: the nearest

@@ -1,0 +1,186 @@
+//! What optimizer mode offers an agent beyond find_tool and call_tool: pinned tools (listed and
+//! called by name, under policy and as the catalog changes) and find_tool's compact answers,
+//! with whole definitions on request.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolmux::app::EmbedderChoice;
+
+use crate::harness::*;
+
+fn names(tools: &[rmcp::model::Tool]) -> Vec<String> {
+    tools.iter().map(|t| t.name.to_string()).collect()
+}
+
+/// Pinned tools sit beside the meta-tools in tools/list and are called by their own names; the
+/// policy still decides (bob may not use `sleep`, so it is neither listed nor callable for him);
+/// a tool that comes to match a pin later reaches a connected client with tools/list_changed.
+#[tokio::test]
+async fn pinned_tools_are_listed_and_called_under_policy() {
+    let kit = http_backend("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\n[health]\ninterval = \"1s\"\n\
+         [optimizer]\npinned = [\"kit_echo\", \"kit_sleep\", \"kit_pin*\", \"find_tool\"]\n{}\
+         [[policy]]\nprincipals = [\"*\"]\nbackends = [\"*\"]\n\
+         [[policy]]\nprincipals = [\"bob\"]\nbackends = [\"kit\"]\ntools = [\"sleep\"]\neffect = \"deny\"\n{}",
+        bearer_tokens(&["alice", "bob"]),
+        http_backend_toml("kit", &kit.url),
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (alice, alice_heard) = client_with_auth(&app, Some("alice")).await;
+    let (bob, _) = client_with_auth(&app, Some("bob")).await;
+    let info = alice.peer_info().unwrap();
+    assert!(info.capabilities.tools.as_ref().unwrap().list_changed == Some(true), "pins can change: announced");
+
+    assert_eq!(names(&alice.list_all_tools().await.unwrap()), ["find_tool", "call_tool", "kit_echo", "kit_sleep"]);
+    assert_eq!(names(&bob.list_all_tools().await.unwrap()), ["find_tool", "call_tool", "kit_echo"]);
+    assert_eq!(text(&call(&alice, "kit_echo", json!({"input": "pinned"})).await), "pinned");
+    assert_eq!(text(&call(&alice, "kit_sleep", json!({"ms": 1})).await), "slept 1 ms");
+    let refused = bob
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("kit_sleep")
+                .with_arguments(json!({"ms": 1}).as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    // Not pinned: only through call_tool.
+    let unpinned = alice.call_tool(rmcp::model::CallToolRequestParams::new("kit_recall")).await.unwrap();
+    assert_eq!(unpinned.is_error, Some(true), "an unpinned tool is not called by name");
+
+    // A new backend tool that matches a pin: listed, and the client told.
+    let before = alice_heard.tools_changed.load(Ordering::SeqCst);
+    call(&alice, "call_tool", json!({"tool_name": "kit_add_tool", "parameters": {"name": "pin_new"}})).await;
+    let told =
+        eventually(Duration::from_secs(30), || async { alice_heard.tools_changed.load(Ordering::SeqCst) > before })
+            .await;
+    assert!(told, "tools/list_changed after a pinned tool appeared");
+    assert!(names(&alice.list_all_tools().await.unwrap()).contains(&"kit_pin_new".to_string()));
+}
+
+/// A session with no pins lists exactly the two meta-tools and is never told of list changes.
+#[tokio::test]
+async fn without_pins_optimizer_lists_the_two_meta_tools() {
+    let kit = http_backend("testkit").await;
+    let toml =
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\n{}", http_backend_toml("kit", &kit.url));
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
+    assert_eq!(names(&c.list_all_tools().await.unwrap()), ["find_tool", "call_tool"]);
+    assert!(c.peer_info().unwrap().capabilities.tools.as_ref().unwrap().list_changed.is_none());
+}
+
+fn found_tools(r: &rmcp::model::CallToolResult) -> Vec<Value> {
+    r.structured_content.as_ref().unwrap()["tools"].as_array().unwrap().clone()
+}
+
+/// find_tool answers compactly: the first sentence of the description, the required
+/// parameters whole, the optional ones by type; `describe: true` gives the whole definitions
+/// (as passthrough would list them); `optimizer.answer = "full"` makes that the default.
+#[tokio::test]
+async fn find_tool_answers_compactly_unless_asked() {
+    let kit = http_backend("testkit").await;
+    for (answer, compact) in [("", true), ("[optimizer]\nanswer = \"full\"\n", false)] {
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\n{answer}{}",
+            http_backend_toml("kit", &kit.url)
+        );
+        let app = gateway(&toml, EmbedderChoice::None).await;
+        let (c, _) = client(&app).await;
+        let query = json!({"tool_description": "ask the client's model a question", "tool_keywords": ["ask"]});
+        let r = call(&c, "find_tool", query.clone()).await;
+        let ask = found_tools(&r).into_iter().find(|t| t["name"] == "kit_ask").expect("kit_ask found");
+        let schema = &ask["inputSchema"];
+        assert_eq!(schema["required"], json!(["prompt"]));
+        assert_eq!(schema["properties"]["prompt"]["description"], "The question");
+        let mut full_query = query.clone();
+        full_query["describe"] = json!(true);
+        let full = call(&c, "find_tool", full_query).await;
+        let full_ask = found_tools(&full).into_iter().find(|t| t["name"] == "kit_ask").unwrap();
+        assert!(full_ask["inputSchema"]["properties"]["delay_ms"]["description"].is_string());
+        let tokens = |r: &rmcp::model::CallToolResult| {
+            r.structured_content.as_ref().unwrap()["token_metrics"]["returned_tokens"].as_u64().unwrap()
+        };
+        if compact {
+            assert_eq!(schema["properties"]["delay_ms"], json!({"type": "integer"}), "optional: type only");
+            assert!(ask["description"].as_str().unwrap().ends_with(
+                "return its answer: with a request to the client (2025-11-25) or an input-required result (2026-07-28)."
+            ));
+            assert!(ask.get("annotations").is_none());
+            assert!(tokens(&r) < tokens(&full), "the compact answer is smaller: {} vs {}", tokens(&r), tokens(&full));
+        } else {
+            assert_eq!(ask, full_ask, "answer = full: whole definitions by default");
+        }
+    }
+}
+
+/// Tokens per find_tool answer over the whole demo catalog, compact against full, for a fixed
+/// set of requests: the compact answer is smaller. Prints both (docs/search.md).
+#[tokio::test]
+async fn compact_answers_cost_fewer_tokens_on_the_demo_catalog() {
+    let mut servers = Vec::new();
+    let mut toml = String::from("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\n");
+    for b in toolmux::demo::backends() {
+        let served = http_backend(&b.name).await;
+        toml += &http_backend_toml(&b.name, &served.url);
+        servers.push(served);
+    }
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
+    let requests = [
+        "create an issue in a repository",
+        "search the web for a page",
+        "send a message to a channel",
+        "query a database table",
+        "read a file from disk",
+        "get the current weather for a city",
+        "list open pull requests",
+        "look up a package's known vulnerabilities",
+        "convert currency amounts",
+        "schedule a calendar event",
+    ];
+    let (mut compact, mut full) = (0u64, 0u64);
+    for q in requests {
+        let tokens = |r: rmcp::model::CallToolResult| {
+            r.structured_content.unwrap()["token_metrics"]["returned_tokens"].as_u64().unwrap()
+        };
+        compact += tokens(call(&c, "find_tool", json!({"tool_description": q})).await);
+        full += tokens(call(&c, "find_tool", json!({"tool_description": q, "describe": true})).await);
+    }
+    let n = requests.len() as u64;
+    println!("tokens per find_tool answer over the demo catalog: compact {} full {}", compact / n, full / n);
+    assert!(compact < full, "compact {compact} vs full {full}");
+}
+
+/// Token weight of every tool of the two retrieval sets' catalogs (real API schemas), compact
+/// against whole: never larger for any tool. Prints the totals (docs/search.md).
+#[test]
+fn compact_tools_weigh_less_on_real_catalogs() {
+    for set in ["toolret-apigen", "metatool"] {
+        let path = format!("{}/eval/data/{set}/tools.jsonl", env!("CARGO_MANIFEST_DIR"));
+        let (mut compact, mut full, mut n) = (0u64, 0u64, 0u64);
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let schema = v.get("input_schema").and_then(Value::as_object).cloned().unwrap_or_default();
+            let tool = rmcp::model::Tool::new(
+                v["name"].as_str().unwrap().to_string(),
+                v["description"].as_str().unwrap_or_default().to_string(),
+                std::sync::Arc::new(schema),
+            );
+            let (c, f) = (
+                toolmux::catalog::token_weight(&toolmux::mcp::meta::compact(&tool)),
+                toolmux::catalog::token_weight(&tool),
+            );
+            assert!(c <= f, "{set}: {} is heavier compact ({c} > {f})", tool.name);
+            (compact, full, n) = (compact + c, full + f, n + 1);
+        }
+        println!(
+            "{set}: {n} tools, tokens per tool compact {:.1} full {:.1}",
+            compact as f64 / n as f64,
+            full as f64 / n as f64
+        );
+        assert!(compact < full);
+    }
+}
