@@ -75,6 +75,7 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize, policy: Arc<dyn Policy>) 
         find_tool_description: None,
         pinned: Vec::new(),
         answer: Default::default(),
+        integrity: Default::default(),
         aggregation: Default::default(),
         store,
         upstream,

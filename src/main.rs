@@ -51,6 +51,11 @@ enum Command {
     },
     /// Validate a configuration file: exit 0, or 2 with every problem named by key and line.
     CheckConfig { file: PathBuf },
+    /// The tool ledger (`[health] tool_ledger`): tool versions held back by `freeze_tools`.
+    Tools {
+        #[command(subcommand)]
+        action: ToolsAction,
+    },
     /// Start the backends, build the index, print the tools find_tool would return, and exit.
     Find {
         #[arg(long)]
@@ -121,6 +126,35 @@ enum Command {
         #[arg(long)]
         model_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Subcommand)]
+enum ToolsAction {
+    /// List the tool versions held back, waiting to be accepted.
+    Held {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Accept held versions (all, one backend's, or one tool); a running gateway serves them
+    /// after its next reload (SIGHUP).
+    Accept {
+        #[arg(long)]
+        config: PathBuf,
+        /// Only this backend's.
+        #[arg(long)]
+        backend: Option<String>,
+        /// Only this tool (the backend's own name for it); needs --backend.
+        #[arg(long, requires = "backend")]
+        tool: Option<String>,
+    },
+}
+
+/// The ledger file a configuration names, or an error saying which key to set.
+fn ledger_path(file: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let c = Config::load(file)?;
+    c.health
+        .tool_ledger
+        .ok_or_else(|| anyhow::anyhow!("{}: health.tool_ledger is not set: no tool ledger to read", file.display()))
 }
 
 fn main() -> ExitCode {
@@ -243,6 +277,29 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
                 print!("{}", toolmux::mcp::status::table(&status));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tools { action: ToolsAction::Held { config } } => {
+            let held = toolmux::store::integrity::held_in_file(&ledger_path(&config)?)?;
+            if held.is_empty() {
+                println!("no tool versions held back");
+            }
+            for (backend, tool, digest) in held {
+                println!("{backend}\t{tool}\tsha256:{digest}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tools { action: ToolsAction::Accept { config, backend, tool } } => {
+            let path = ledger_path(&config)?;
+            let accepted = toolmux::store::integrity::accept_in_file(&path, backend.as_deref(), tool.as_deref())?;
+            if accepted.is_empty() {
+                println!("nothing held back matched; nothing accepted");
+            } else {
+                for (b, t) in &accepted {
+                    println!("accepted {b}/{t}");
+                }
+                println!("a running gateway serves them after its next reload (SIGHUP)");
             }
             Ok(ExitCode::SUCCESS)
         }

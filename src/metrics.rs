@@ -62,6 +62,13 @@ pub struct Search {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendKind {
+    pub backend: String,
+    /// `changed` or `added`.
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Mode {
     pub mode: &'static str,
 }
@@ -100,6 +107,8 @@ pub struct Metrics {
     pub session_store_pending: Gauge,
     pub session_store_errors: Counter,
     pub sessions_restored: Counter,
+    pub tool_changes: Family<BackendKind, Counter>,
+    pub tools_held: Gauge,
 }
 
 impl Default for Metrics {
@@ -139,6 +148,8 @@ impl Metrics {
             session_store_pending: Gauge::default(),
             session_store_errors: Counter::default(),
             sessions_restored: Counter::default(),
+            tool_changes: Family::default(),
+            tools_held: Gauge::default(),
         };
         r.register("requests", "MCP requests answered, by method and outcome", m.requests.clone());
         r.register("request_duration_seconds", "Time to answer an MCP request", m.request_seconds.clone());
@@ -190,6 +201,12 @@ impl Metrics {
             m.session_store_errors.clone(),
         );
         r.register("sessions_restored", "Sessions rebuilt here from the session store", m.sessions_restored.clone());
+        r.register(
+            "tool_changes",
+            "Tool definitions that changed, or tools added after their backend's first listing, by backend",
+            m.tool_changes.clone(),
+        );
+        r.register("tools_held", "Tool versions held back until an operator accepts them", m.tools_held.clone());
         *m.registry.lock().expect("registry lock") = r;
         m
     }

@@ -116,6 +116,7 @@ pub fn optimizer_gateway(store: Arc<toolmux::store::Store>) -> Arc<toolmux::mcp:
         find_tool_description: None,
         pinned: Vec::new(),
         answer: Default::default(),
+        integrity: Default::default(),
         aggregation: Default::default(),
         store,
         upstream: upstream(),

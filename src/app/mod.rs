@@ -25,6 +25,7 @@ use crate::mcp::relay::Hub;
 use crate::session::Policy;
 use crate::session::shared::SharedSessions;
 use crate::store::Store;
+use crate::store::integrity::Integrity;
 use crate::upstream::{Backend, Upstream};
 
 mod reload;
@@ -112,6 +113,7 @@ impl App {
             None => None,
         };
         let store = Arc::new(Store::new(embedder, vector_cache));
+        let integrity = Arc::new(Integrity::open(config.health.freeze_tools, config.health.tool_ledger.clone())?);
         let relay = Hub::new();
         let upstream = Arc::new(Upstream::new(&config.backends, relay.clone(), ct.child_token()));
         let health = Monitor::new(config.health.clone(), &upstream);
@@ -132,6 +134,7 @@ impl App {
             find_tool_description: config.optimizer.find_tool_description.clone(),
             pinned: config.optimizer.pinned.clone(),
             answer: config.optimizer.answer,
+            integrity,
             aggregation: config.aggregation.clone(),
             store,
             upstream: upstream.clone(),
@@ -261,6 +264,7 @@ impl App {
 async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: CancellationToken) {
     let mut backends = gw.upstream.subscribe();
     let mut health = gw.health.subscribe();
+    let mut ledger = gw.integrity.subscribe();
     let mut first = true;
     // A build that could not embed is retried with backoff: (when, the wait that led there).
     let mut retry: Option<(tokio::time::Instant, Duration)> = None;
@@ -277,6 +281,8 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
                     rebuild = true;
                 }
                 r = backends.changed() => if r.is_err() { return },
+                // An operator accepted held tool changes: the listings go through the ledger again.
+                r = ledger.changed() => if r.is_err() { return },
                 r = health.changed() => {
                     if r.is_err() { return }
                     scopes_changed = true;
@@ -287,11 +293,18 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
         // Read before the listings: ready means the index covers every backend's first answer.
         let backends = gw.upstream.backends();
         let settled = backends.iter().all(|b| settled(&gw, b));
-        let listings: Vec<_> = backends.iter().map(|b| (b.name().to_string(), b.listing())).collect();
-        let views: Vec<Listing<'_>> = listings
+        // Each listing as the tool ledger lets it through: changes recorded, and held back when
+        // tools are frozen.
+        let listings: Vec<_> = backends
             .iter()
-            .map(|(n, l)| Listing { backend: n, tools: &l.tools, server: l.server.as_deref() })
+            .map(|b| {
+                let listing = b.listing();
+                let tools = gw.integrity.observe(b.name(), &listing.tools);
+                (b.name().to_string(), listing, tools)
+            })
             .collect();
+        let views: Vec<Listing<'_>> =
+            listings.iter().map(|(n, l, tools)| Listing { backend: n, tools, server: l.server.as_deref() }).collect();
         let (catalog, found) = Catalog::resolve(&views, &gw.aggregation);
         for c in &found {
             tracing::error!("{c}");

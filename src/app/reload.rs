@@ -30,6 +30,10 @@ pub struct Reloaded {
     pub auth: bool,
     /// Sections that changed but take effect only after a restart.
     pub needs_restart: Vec<&'static str>,
+    /// With `[health] freeze_tools`: the tool ledger was read again (changes an operator
+    /// accepted are served now), and this many versions are still held back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools_held: Option<usize>,
 }
 
 impl Reloaded {
@@ -57,6 +61,9 @@ impl std::fmt::Display for Reloaded {
         }
         if !self.needs_restart.is_empty() {
             parts.push(format!("needs a restart to apply: {}", self.needs_restart.join(", ")));
+        }
+        if let Some(held) = self.tools_held {
+            parts.push(format!("tool ledger read again: {held} tool versions held back"));
         }
         write!(f, "{}", parts.join("; "))
     }
@@ -148,6 +155,15 @@ impl App {
             sessions => "[sessions]",
         );
         *running = next;
+        // An operator may have accepted held tool changes in the ledger file (`toolmux tools accept`).
+        if gw.integrity.is_frozen() {
+            match gw.integrity.reread() {
+                Ok(held) => done.tools_held = Some(held),
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "the tool ledger could not be read again; it is unchanged")
+                }
+            }
+        }
         let mut log = self.gateway.reloads.lock().expect("reload log");
         log.applied += 1;
         log.last = Some(done.to_string());

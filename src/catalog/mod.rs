@@ -2,6 +2,7 @@
 //! under, the text that search embeds, and its token weight. Naming and conflict resolution live
 //! here too. Pure functions over data: no async, no I/O.
 
+pub mod ledger;
 pub mod text;
 
 use std::collections::HashMap;

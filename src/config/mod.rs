@@ -207,6 +207,10 @@ pub struct HealthConfig {
     pub degraded_threshold: Duration,
     pub unhealthy_threshold: u32,
     pub circuit_breaker: Option<BreakerConfig>,
+    /// Serve each tool as first seen (or as last accepted) until an operator accepts a change.
+    pub freeze_tools: bool,
+    /// Where the tool ledger is kept (first-seen versions, held changes); in memory without it.
+    pub tool_ledger: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -223,6 +227,8 @@ impl Default for HealthConfig {
             degraded_threshold: Duration::from_secs(5),
             unhealthy_threshold: 3,
             circuit_breaker: None,
+            freeze_tools: false,
+            tool_ledger: None,
         }
     }
 }
@@ -714,12 +720,22 @@ impl Validator<'_> {
             }
             _ => None,
         };
+        let freeze_tools = raw.freeze_tools.unwrap_or(false);
+        let tool_ledger = raw.tool_ledger.filter(|p| !p.trim().is_empty()).map(PathBuf::from);
+        if freeze_tools && tool_ledger.is_none() {
+            self.problem(
+                "health.freeze_tools",
+                "needs health.tool_ledger, the file where first-seen tools are kept (and where `toolmux tools accept` accepts changes)",
+            );
+        }
         HealthConfig {
             interval,
             timeout,
             degraded_threshold,
             unhealthy_threshold: unhealthy_threshold.max(1) as u32,
             circuit_breaker,
+            freeze_tools,
+            tool_ledger,
         }
     }
 }

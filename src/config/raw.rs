@@ -175,6 +175,8 @@ pub struct Health {
     pub degraded_threshold: Option<String>,
     pub unhealthy_threshold: Option<i64>,
     pub circuit_breaker: Option<CircuitBreaker>,
+    pub freeze_tools: Option<bool>,
+    pub tool_ledger: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -78,15 +78,39 @@ impl DemoServer {
         self.shared.tools.lock().expect("tools lock").clone()
     }
 
-    async fn add_tool(&self, name: &str) -> CallToolResult {
-        let tool = super::tool(name, &format!("A tool added at run time to {}", self.shared.name), "input: Anything")
-            .expect("a plain tool parses");
-        self.shared.tools.lock().expect("tools lock").push(tool);
+    /// Replaces `tool`'s description (as a server that changes a tool after clients trust it).
+    async fn set_description(&self, tool: &str, description: &str) -> CallToolResult {
+        let found = {
+            let mut tools = self.shared.tools.lock().expect("tools lock");
+            match tools.iter_mut().find(|t| t.name == tool) {
+                Some(t) => {
+                    t.description = Some(description.to_string().into());
+                    true
+                }
+                None => false,
+            }
+        };
+        if !found {
+            return CallToolResult::error(vec![ContentBlock::text(format!("no tool `{tool}` here"))]);
+        }
+        self.announce().await;
+        text(format!("changed the description of {tool}"))
+    }
+
+    /// Tells every client that the tools changed.
+    async fn announce(&self) {
         self.shared.tools_changed.send_modify(|n| *n += 1);
         let peers = self.shared.peers.lock().expect("peers lock").clone();
         for p in peers {
             let _ = p.notify_tool_list_changed().await;
         }
+    }
+
+    async fn add_tool(&self, name: &str) -> CallToolResult {
+        let tool = super::tool(name, &format!("A tool added at run time to {}", self.shared.name), "input: Anything")
+            .expect("a plain tool parses");
+        self.shared.tools.lock().expect("tools lock").push(tool);
+        self.announce().await;
         text(format!("added tool {name}"))
     }
 }
@@ -295,6 +319,10 @@ impl ServerHandler for DemoServer {
             "cancelled_calls" => text(self.shared.cancelled.load(std::sync::atomic::Ordering::SeqCst).to_string()),
             "exit" => std::process::exit(3),
             "add_tool" => self.add_tool(arg("name").as_str().unwrap_or("added")).await,
+            "set_description" => {
+                let tool = arg("tool").as_str().unwrap_or_default().to_string();
+                self.set_description(&tool, arg("description").as_str().unwrap_or_default()).await
+            }
             "get_current_time" => text(format!("{:?}", std::time::SystemTime::now())),
             name => {
                 let body = plausible(&self.shared.name, name, &args);

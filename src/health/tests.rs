@@ -11,6 +11,7 @@ fn cfg() -> HealthConfig {
         degraded_threshold: Duration::from_secs(5),
         unhealthy_threshold: 2,
         circuit_breaker: None,
+        ..HealthConfig::default()
     }
 }
 

@@ -26,6 +26,7 @@ use crate::session::registry::Registry;
 use crate::session::shared::SharedSessions;
 use crate::session::{Caller, Policy, Presented, SessionHandle, Snapshot, scope};
 use crate::store::Store;
+use crate::store::integrity::Integrity;
 use crate::upstream::{ClientUpstreams, Upstream};
 
 /// Callers whose scopes are cached (least recently used out first). A session keeps its own
@@ -49,6 +50,8 @@ pub struct Parts {
     /// `optimizer.pinned`: globs over exposed names, checked by the configuration.
     pub pinned: Vec<String>,
     pub answer: AnswerForm,
+    /// Every listing passes through it on its way to the catalog (`store::integrity`).
+    pub integrity: Arc<Integrity>,
     pub aggregation: Aggregation,
     pub store: Arc<Store>,
     pub upstream: Arc<Upstream>,
@@ -74,6 +77,7 @@ pub struct Gateway {
     pinned: Option<globset::GlobSet>,
     /// How find_tool describes what it found (`optimizer.answer`).
     pub answer: AnswerForm,
+    pub integrity: Arc<Integrity>,
     pub aggregation: Aggregation,
     pub store: Arc<Store>,
     pub upstream: Arc<Upstream>,
@@ -142,6 +146,7 @@ impl Gateway {
             find_tool_description: p.find_tool_description,
             pinned: pinned_set(&p.pinned),
             answer: p.answer,
+            integrity: p.integrity,
             aggregation: p.aggregation,
             store: p.store,
             upstream: p.upstream,

@@ -32,6 +32,9 @@ pub struct Status {
     pub sessions: SessionStatus,
     pub embedder: EmbedderStatus,
     pub tasks: TaskStatus,
+    /// Tool definitions that changed or appeared after their backend's first listing, and
+    /// what is held back (`[health] freeze_tools`).
+    pub integrity: crate::store::integrity::IntegrityStatus,
     pub reload: ReloadLog,
 }
 
@@ -153,6 +156,7 @@ impl Gateway {
             },
             embedder,
             tasks: TaskStatus { relayed: self.tasks.len(), limit: super::tasks::MAX_ROUTES },
+            integrity: self.integrity.status(),
             reload: self.reloads.lock().expect("reload log").clone(),
         }
     }
@@ -198,6 +202,14 @@ impl Gateway {
         metrics::catch_up(&m.snapshot_swaps, self.counters.resyncs.load(Relaxed));
         metrics::catch_up(&m.list_changed_sent, self.counters.list_changed_sent.load(Relaxed));
         metrics::catch_up(&m.reloads, status.reload.applied);
+        for (backend, kind, n) in self.integrity.counts() {
+            let kind = match kind {
+                crate::catalog::ledger::Kind::Changed => "changed",
+                crate::catalog::ledger::Kind::Added => "added",
+            };
+            metrics::catch_up(&m.tool_changes.get_or_create(&metrics::BackendKind { backend, kind }), n);
+        }
+        m.tools_held.set(status.integrity.held.len() as i64);
         if let Some(store) = &status.sessions.store {
             m.session_store_up.set(i64::from(store.state == "up"));
             m.session_store_pending.set(store.pending_writes as i64);

@@ -5,6 +5,7 @@
 //! Each distinct tool text is embedded once per process (and once per machine, through the
 //! on-disk [`VectorCache`]); building a generation for an unchanged catalog runs no model.
 
+pub mod integrity;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;

@@ -10,6 +10,7 @@ mod cli;
 mod gateway;
 mod health;
 mod http;
+mod integrity;
 mod ops;
 mod optimizer;
 #[cfg(feature = "otlp")]

@@ -200,6 +200,7 @@ async fn gateway(names: &[String], catalog: Catalog, policy: Arc<dyn Policy>) ->
         find_tool_description: None,
         pinned: Vec::new(),
         answer: Default::default(),
+        integrity: Default::default(),
         aggregation: Default::default(),
         store,
         upstream,
