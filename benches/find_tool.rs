@@ -2,7 +2,9 @@
 //! the caller's snapshot, fusion, match verdict, result JSON) at 150, 1,000 and 10,000 tools, for
 //! a new request (the model runs), a new two-part request (the model runs on the request and
 //! its two clauses) and a repeated one (query vectors cached). The model alone is timed in the
-//! same run, so the figures read as "model + the rest".
+//! same run, so the figures read as "model + the rest". Last, a new request again with learning
+//! from use active and a learned vector for every tool it can hold (4,096, two labels each): the
+//! worst case of the re-ranking it adds.
 //!
 //! `cargo bench --bench find_tool`; prints p50 / p90 in milliseconds.
 
@@ -89,6 +91,8 @@ fn main() {
     for size in [150, 1_000, 10_000] {
         let generation = Arc::new(generation(&rt, &m, size));
         let store = Arc::new(Store::new(Some(m.clone()), None));
+        let learned = Arc::new(toolmux::store::learned::Learned::new(true, DIM, None));
+        store.set_learned(learned.clone());
         let gw = optimizer_gateway(store);
         let handler = toolmux::mcp::GatewayHandler::new(gw);
         let snap = scope(generation.clone(), &|_| true, &AllowAll, &Caller::anonymous());
@@ -125,6 +129,20 @@ fn main() {
         report(
             &format!("{tools} tools, repeated request"),
             time(&mut |_| "create a pull request on a code repository".to_string()),
+        );
+        // Learning active: every tool (up to the store's bound) has a learned vector.
+        let dense = generation.dense.as_ref().expect("vectors");
+        for (slot, t) in generation.catalog.tools().iter().enumerate().take(toolmux::store::learned::MAX_TOOLS) {
+            for _ in 0..2 {
+                learned.record(dense.vector(slot as u32), &t.key);
+            }
+        }
+        assert!(learned.active());
+        n += 1_000;
+        let base = n;
+        report(
+            &format!("{tools} tools, new request, learning active"),
+            time(&mut |i| format!("send a chat message to the team {}", base + i as u64)),
         );
     }
 }

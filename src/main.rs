@@ -114,6 +114,15 @@ enum Command {
         #[arg(long)]
         model_dir: Option<PathBuf>,
     },
+    /// What learning from use does to find_tool's ranking: each set's dev queries replayed as
+    /// traffic, half teaching and half ranked (docs/search.md).
+    EvalLearning {
+        /// A folder with tools.jsonl and queries.dev.jsonl; give two or more.
+        #[arg(long = "set", required = true)]
+        sets: Vec<PathBuf>,
+        #[arg(long)]
+        model_dir: Option<PathBuf>,
+    },
     /// Internal: ends the stdio backends' process groups a gateway leaves when it is killed
     /// (started by `serve`; reads the groups on stdin).
     #[command(hide = true)]
@@ -375,6 +384,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Reap => Ok(ExitCode::SUCCESS),
+        Command::EvalLearning { sets, model_dir } => {
+            toolmux::eval::learning::run(&sets, model_dir.as_deref()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::EvalStudy { sets, model_dir } => {
             toolmux::eval::study::run(&sets, model_dir.as_deref()).await?;
             Ok(ExitCode::SUCCESS)

@@ -26,6 +26,7 @@ use crate::session::Policy;
 use crate::session::shared::SharedSessions;
 use crate::store::Store;
 use crate::store::integrity::Integrity;
+use crate::store::learned::Learned;
 use crate::upstream::{Backend, Upstream};
 
 mod reload;
@@ -38,6 +39,8 @@ const EMBED_RETRY_START: Duration = Duration::from_secs(1);
 const EMBED_RETRY_MAX: Duration = Duration::from_secs(300);
 /// How long stdio backends' process groups get between SIGTERM and SIGKILL.
 const CHILD_GRACE: Duration = Duration::from_secs(2);
+/// How often what find_tool learned is written to `optimizer.learning_file` (when it changed).
+const LEARNED_SAVE_EVERY: Duration = Duration::from_secs(60);
 
 /// Which embedder the store gets.
 pub enum EmbedderChoice {
@@ -112,7 +115,17 @@ impl App {
             }
             None => None,
         };
+        let dim = embedder.as_ref().map(|e| e.dim());
         let store = Arc::new(Store::new(embedder, vector_cache));
+        // What find_tool learns from use: in optimizer mode, where there is a find_tool.
+        if let (Some(dim), Mode::Optimizer) = (dim, config.server.mode) {
+            let opt = &config.optimizer;
+            let learned = Arc::new(Learned::open(opt.learning, dim, opt.learning_file.clone())?);
+            store.set_learned(learned.clone());
+            if opt.learning_file.is_some() {
+                tasks.spawn(keep_learned(learned, ct.clone()));
+            }
+        }
         let integrity = Arc::new(Integrity::open(config.health.freeze_tools, config.health.tool_ledger.clone())?);
         let relay = Hub::new();
         let upstream = Arc::new(Upstream::new(&config.backends, relay.clone(), ct.child_token()));
@@ -256,6 +269,22 @@ impl App {
         }
         self.gateway.upstream.children().terminate_all(CHILD_GRACE).await;
     }
+}
+
+/// Saves what find_tool learned every [`LEARNED_SAVE_EVERY`] it changed, and once more at stop.
+async fn keep_learned(learned: Arc<Learned>, ct: CancellationToken) {
+    let save = || {
+        if let Err(e) = learned.save() {
+            tracing::warn!(error = %format!("{e:#}"), "what find_tool learned could not be saved (optimizer.learning_file)");
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = ct.cancelled() => break,
+            _ = tokio::time::sleep(LEARNED_SAVE_EVERY) => save(),
+        }
+    }
+    save();
 }
 
 /// Rebuilds the store when the backends' tools change and tells sessions when their scope may

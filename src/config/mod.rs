@@ -184,6 +184,10 @@ pub struct OptimizerConfig {
     pub pinned: Vec<String>,
     /// How find_tool describes the tools it found, unless asked for more (`describe`).
     pub answer: AnswerForm,
+    /// Learn from calls that follow a find_tool (`store::learned`).
+    pub learning: bool,
+    /// Where what was learned is kept between runs; in memory without it.
+    pub learning_file: Option<PathBuf>,
 }
 
 /// How much of each tool find_tool's answer carries.
@@ -669,6 +673,8 @@ impl Validator<'_> {
             find_tool_description: raw.find_tool_description,
             max_query_chars: self.count("optimizer.max_query_chars", raw.max_query_chars, DEFAULT_MAX_QUERY_CHARS),
             pinned: self.pinned(raw.pinned.unwrap_or_default()),
+            learning: raw.learning.unwrap_or(true),
+            learning_file: raw.learning_file.filter(|p| !p.trim().is_empty()).map(PathBuf::from),
             answer: match raw.answer.as_deref() {
                 None | Some("compact") => AnswerForm::Compact,
                 Some("full") => AnswerForm::Full,

@@ -165,6 +165,8 @@ pub struct Optimizer {
     pub max_query_chars: Option<i64>,
     pub pinned: Option<Vec<String>>,
     pub answer: Option<String>,
+    pub learning: Option<bool>,
+    pub learning_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

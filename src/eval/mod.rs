@@ -20,6 +20,7 @@ use crate::embed::worker::ModelEmbedder;
 use crate::index::AllowList;
 use crate::store::{Query, Ranker, Store};
 
+pub mod learning;
 pub mod study;
 pub mod verdict;
 

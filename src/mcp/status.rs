@@ -35,7 +35,19 @@ pub struct Status {
     /// Tool definitions that changed or appeared after their backend's first listing, and
     /// what is held back (`[health] freeze_tools`).
     pub integrity: crate::store::integrity::IntegrityStatus,
+    /// What find_tool learned from use (optimizer mode with a model only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learning: Option<LearningStatus>,
     pub reload: ReloadLog,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LearningStatus {
+    pub enabled: bool,
+    /// Whether learned vectors count in rankings yet (enough labels).
+    pub active: bool,
+    pub labels: u64,
+    pub tools: usize,
 }
 
 /// Tasks backends run for clients (SEP-2663), as this replica knows them.
@@ -157,6 +169,12 @@ impl Gateway {
             embedder,
             tasks: TaskStatus { relayed: self.tasks.len(), limit: super::tasks::MAX_ROUTES },
             integrity: self.integrity.status(),
+            learning: self.store.learned().map(|l| LearningStatus {
+                enabled: l.is_enabled(),
+                active: l.active(),
+                labels: l.total(),
+                tools: l.tools(),
+            }),
             reload: self.reloads.lock().expect("reload log").clone(),
         }
     }

@@ -11,6 +11,7 @@
 
 pub mod registry;
 pub mod shared;
+pub mod usage;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -290,6 +291,8 @@ pub struct SessionHandle {
     ended: CancellationToken,
     /// Woken when the caller's groups changed: its resync worker tells a passthrough client.
     pub rescoped: Arc<tokio::sync::Notify>,
+    /// Its last find_tool, and the labels its calls have given (learning from use).
+    pub usage: usage::Usage,
 }
 
 /// What changed when a request presented its caller to its session.
@@ -315,6 +318,7 @@ impl SessionHandle {
             calls: Arc::new(Semaphore::new(max_calls)),
             ended: CancellationToken::new(),
             rescoped: Arc::default(),
+            usage: Default::default(),
         })
     }
 

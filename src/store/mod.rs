@@ -6,6 +6,7 @@
 //! on-disk [`VectorCache`]); building a generation for an unchanged catalog runs no model.
 
 pub mod integrity;
+pub mod learned;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -173,6 +174,8 @@ pub struct SearchResult {
     pub plan: Option<Plan>,
     /// Where the time went.
     pub timings: Timings,
+    /// The whole request's vector, when the dense arm ran (a later call may make it a label).
+    pub vector: Option<Arc<Vec<f32>>>,
 }
 
 /// A search's time by stage.
@@ -212,6 +215,8 @@ pub struct Store {
     /// Every generation made current, while anything holds it (`live_generations`).
     published: Mutex<Vec<std::sync::Weak<Generation>>>,
     pub counters: Counters,
+    /// What find_tool learned from use ([`learned`]); disabled until the gateway sets it.
+    learned: std::sync::OnceLock<Arc<learned::Learned>>,
 }
 
 impl Store {
@@ -229,7 +234,18 @@ impl Store {
             graph_min: GRAPH_MIN_SLOTS,
             published: Mutex::default(),
             counters: Counters::default(),
+            learned: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets what fused search learns from and applies (once; later calls are ignored).
+    pub fn set_learned(&self, learned: Arc<learned::Learned>) {
+        let _ = self.learned.set(learned);
+    }
+
+    /// What fused search learns from, if learning was set up.
+    pub fn learned(&self) -> Option<&Arc<learned::Learned>> {
+        self.learned.get()
     }
 
     /// Overrides the catalog size from which an HNSW graph is built (benchmarks, tests).
@@ -380,6 +396,20 @@ impl Store {
         n: usize,
         ranker: Ranker,
     ) -> SearchResult {
+        self.search_learning(generation, allow, query, n, ranker, self.learned.get().map(Arc::as_ref)).await
+    }
+
+    /// [`Store::search`], with `learned` (not the store's own) re-ranking fused results: for
+    /// measuring what learning does.
+    pub async fn search_learning(
+        &self,
+        generation: &Generation,
+        allow: &AllowList,
+        query: &Query,
+        n: usize,
+        ranker: Ranker,
+        learned: Option<&learned::Learned>,
+    ) -> SearchResult {
         if allow.is_empty() || n == 0 {
             return SearchResult {
                 hits: Vec::new(),
@@ -388,6 +418,7 @@ impl Store {
                 mode: SearchMode::Hybrid,
                 plan: None,
                 timings: Timings::default(),
+                vector: None,
             };
         }
         debug_assert_eq!(allow.universe(), generation.catalog.len(), "allow-list of another generation");
@@ -450,6 +481,7 @@ impl Store {
                 mode: SearchMode::Keyword,
                 plan: None,
                 timings,
+                vector: None,
             };
         };
         let mut plan = None;
@@ -472,6 +504,16 @@ impl Store {
             }
             timings.fuse += at.elapsed();
         }
+        // What use taught: tools that past requests like this one led to rise (only among the
+        // tools this search found in the caller's scope).
+        if ranker == Ranker::Fused
+            && let Some(learned) = learned.filter(|l| l.active())
+        {
+            let tools = generation.catalog.tools();
+            for (slot, score) in best.iter_mut() {
+                *score += learned.bonus(&vectors[0], &tools[*slot as usize].key);
+            }
+        }
         let hits = top_k(best.into_iter().map(|(slot, score)| Hit { slot, score }).collect(), n);
         let similarity: Vec<f32> = hits
             .iter()
@@ -486,7 +528,8 @@ impl Store {
             Verdict::of_similarity(similarity.iter().copied().fold(f32::MIN, f32::max))
         };
         let mode = if ranker == Ranker::DenseOnly { SearchMode::Dense } else { SearchMode::Hybrid };
-        SearchResult { hits, similarity, verdict, mode, plan, timings }
+        let vector = vectors.into_iter().next();
+        SearchResult { hits, similarity, verdict, mode, plan, timings, vector }
     }
 }
 

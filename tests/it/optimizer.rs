@@ -184,3 +184,73 @@ fn compact_tools_weigh_less_on_real_catalogs() {
         assert!(compact < full);
     }
 }
+
+/// Calls that follow a find_tool teach the ranking (real model): a tool find_tool ranked third
+/// for a request rises to first once 20 sessions each found it with that request and called
+/// it. One session calling it 20 times teaches nothing (one label per tool per session), and a
+/// caller whose policy excludes the tool never gets it, learned or not.
+#[tokio::test]
+async fn find_tool_learns_from_calls_that_follow_it() {
+    let mut servers = Vec::new();
+    let mut toml = String::from(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\nmax_sessions = 100\n\
+         [[policy]]\nprincipals = [\"*\"]\nbackends = [\"*\"]\n",
+    );
+    toml += &bearer_tokens(&["alice", "bob"]);
+    for name in ["github", "jira", "monitoring"] {
+        let served = http_backend(name).await;
+        toml += &http_backend_toml(name, &served.url);
+        servers.push(served);
+    }
+    let app = gateway(&toml, EmbedderChoice::Given(model())).await;
+    let request = json!({"tool_description": "open a new ticket about a bug"});
+    let ranked = |r: rmcp::model::CallToolResult| found(&r);
+    let (first, _) = client_with_auth(&app, Some("alice")).await;
+    let before = ranked(call(&first, "find_tool", request.clone()).await);
+    let target = before[2].clone();
+    println!("before: {before:?}; teaching {target}");
+    let teach = |c: Client| {
+        let target = target.clone();
+        let request = request.clone();
+        async move {
+            call(&c, "find_tool", request).await;
+            // Arguments may be wrong: the label is the choice of tool, not the call's outcome.
+            let _ = c
+                .call_tool(
+                    rmcp::model::CallToolRequestParams::new("call_tool")
+                        .with_arguments(json!({"tool_name": target, "parameters": {}}).as_object().unwrap().clone()),
+                )
+                .await;
+            c
+        }
+    };
+    // One session, twenty times: one label.
+    let mut c = first;
+    for _ in 0..20 {
+        c = teach(c).await;
+    }
+    assert_eq!(ranked(call(&c, "find_tool", request.clone()).await), before, "one session cannot move the ranking");
+    let status = serde_json::to_value(app.gateway.status()).unwrap();
+    assert_eq!(status["learning"]["labels"], 1, "{}", status["learning"]);
+    // Twenty sessions: the tool rises.
+    for _ in 0..20 {
+        let (c, _) = client_with_auth(&app, Some("alice")).await;
+        teach(c).await.cancel().await.unwrap();
+    }
+    let status = serde_json::to_value(app.gateway.status()).unwrap();
+    assert_eq!(status["learning"]["active"], true, "{}", status["learning"]);
+    let after = ranked(call(&c, "find_tool", request.clone()).await);
+    println!("after: {after:?}");
+    assert_eq!(after[0], target, "the tool the sessions chose comes first");
+
+    // Learned or not, a tool outside a caller's scope is never offered.
+    let (backend, tool) = target.split_once('_').unwrap();
+    let deny = format!(
+        "[[policy]]\nprincipals = [\"bob\"]\nbackends = [\"{backend}\"]\ntools = [\"{tool}\"]\neffect = \"deny\"\n"
+    );
+    app.reload(toolmux::config::Config::parse(&(toml.clone() + &deny)).unwrap()).await;
+    let (bob, _) = client_with_auth(&app, Some("bob")).await;
+    let offered = ranked(call(&bob, "find_tool", request.clone()).await);
+    assert!(!offered.contains(&target), "{offered:?}");
+    assert_eq!(ranked(call(&c, "find_tool", request).await)[0], target, "alice still gets it first");
+}

@@ -61,6 +61,12 @@ impl GatewayHandler {
         let Some(backend) = self.gw.upstream.get(&tool.key.backend) else {
             return Ok(meta::error_result(format!("tool not found: {name}")).into());
         };
+        // The call follows a find_tool that found this tool: the request found it (a label).
+        if let (Some(session), Some(learned)) = (self.session.get(), self.gw.store.learned())
+            && let Some(vector) = session.usage.label_for(&tool.key)
+        {
+            learned.record(&vector, &tool.key);
+        }
         if let Err(retry) = self.gw.health.call_gate(backend.name()) {
             self.gw.metrics.tool_call(backend.name(), "breaker_open", std::time::Duration::ZERO);
             return Ok(meta::error_result(format!(

@@ -39,6 +39,13 @@ impl GatewayHandler {
         let generation = &snap.generation;
         let result = self.gw.store.search(generation, &snap.allow, &query, n, Ranker::Fused).await;
         self.gw.metrics.find_tool(&result);
+        // A call that follows may teach the ranking (`store::learned`).
+        if let (Some(session), Some(vector)) = (self.session.get(), &result.vector)
+            && self.gw.store.learned().is_some_and(|l| l.is_enabled())
+        {
+            let found = result.hits.iter().map(|h| generation.catalog.tools()[h.slot as usize].key.clone()).collect();
+            session.usage.found(vector.clone(), found);
+        }
         let compact = self.gw.answer == AnswerForm::Compact && !args.describe;
         let tools: Vec<Tool> = result
             .hits

@@ -1,0 +1,124 @@
+//! `toolmux eval-learning`: what learning from use does to find_tool's ranking, measured by
+//! replaying each set's dev queries as traffic. Two folds: the queries of one half are labels
+//! (the request found its gold tools, as a call after a find_tool would say), the other half is
+//! ranked with what was learned, and the other way round, so every query is ranked once, by
+//! what other queries taught. Each weight and label minimum is scored on every set; the
+//! setting shipped is chosen by the other sets (an unseen catalog decides), see docs/search.md.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{EvalQuery, Metrics, catalog, model_store, read_jsonl};
+use crate::catalog::ToolKey;
+use crate::index::AllowList;
+use crate::store::learned::Learned;
+use crate::store::{Query, Ranker};
+
+const FOLDS: usize = 2;
+const WEIGHTS: [f32; 4] = [0.5, 1.0, 2.0, 4.0];
+const MIN_LABELS: [u32; 3] = [1, 2, 3];
+
+/// One replayed query.
+struct Replayed {
+    vector: Arc<Vec<f32>>,
+    gold: Vec<String>,
+    /// find_tool's ranking with nothing learned.
+    plain: Vec<String>,
+}
+
+struct Set {
+    name: String,
+    queries: Vec<Replayed>,
+    /// Per setting of the grid, every query's ranking with what the other half taught.
+    rerank: Vec<Vec<Vec<String>>>,
+}
+
+fn score(rankings: impl Iterator<Item = (Vec<String>, Vec<String>)>) -> (f64, f64) {
+    let mut m = Metrics::default();
+    let mut n = 0;
+    for (ranked, gold) in rankings {
+        m.add(&ranked, &gold);
+        n += 1;
+    }
+    let a = m.averaged(n);
+    (a.r8, a.mrr10)
+}
+
+pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let (embedder, store) = model_store(model_dir)?;
+    let grid: Vec<(f32, u32)> = WEIGHTS.iter().flat_map(|&w| MIN_LABELS.iter().map(move |&m| (w, m))).collect();
+    let mut loaded = Vec::new();
+    for dir in sets {
+        eprintln!("replaying {} ...", dir.display());
+        let generation = store.rebuild(catalog(&dir.join("tools.jsonl"))?).await;
+        let raw: Vec<EvalQuery> = read_jsonl(&dir.join("queries.dev.jsonl"))?;
+        let allow = AllowList::all(generation.catalog.len());
+        let names = |hits: &[crate::index::Hit]| -> Vec<String> {
+            hits.iter().map(|h| generation.catalog.tools()[h.slot as usize].name().to_string()).collect()
+        };
+        let mut queries = Vec::new();
+        for q in &raw {
+            let query = Query { description: q.query.clone(), keywords: Vec::new() };
+            let r = store.search_learning(&generation, &allow, &query, 10, Ranker::Fused, None).await;
+            let vector = r.vector.clone().ok_or_else(|| anyhow::anyhow!("the model did not embed a query"))?;
+            queries.push(Replayed { vector, gold: q.gold.clone(), plain: names(&r.hits) });
+        }
+        let mut rerank = Vec::new();
+        for &(weight, min_labels) in &grid {
+            let mut ranked = vec![Vec::new(); raw.len()];
+            for fold in 0..FOLDS {
+                let learned = Learned::new(true, embedder.dim(), None).tuned(weight, min_labels);
+                for (_, q) in queries.iter().enumerate().filter(|(i, _)| i % FOLDS != fold) {
+                    for g in &q.gold {
+                        learned.record(&q.vector, &ToolKey { backend: "eval".into(), tool: g.as_str().into() });
+                    }
+                }
+                for (i, q) in raw.iter().enumerate().filter(|(i, _)| i % FOLDS == fold) {
+                    let query = Query { description: q.query.clone(), keywords: Vec::new() };
+                    let r = store.search_learning(&generation, &allow, &query, 10, Ranker::Fused, Some(&learned)).await;
+                    ranked[i] = names(&r.hits);
+                }
+            }
+            rerank.push(ranked);
+        }
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        loaded.push(Set { name, queries, rerank });
+    }
+    let names: Vec<&str> = loaded.iter().map(|s| s.name.as_str()).collect();
+    println!("R@8 / MRR@10, every query ranked by what the other half of its set taught:");
+    println!("| ranking | {} |", names.join(" | "));
+    println!("|---|{}", "---:|".repeat(names.len()));
+    let base: Vec<(f64, f64)> =
+        loaded.iter().map(|s| score(s.queries.iter().map(|q| (q.plain.clone(), q.gold.clone())))).collect();
+    let cell = |(r, m): (f64, f64)| format!("{r:.2} / {m:.2}");
+    println!("| find_tool, nothing learned | {} |", base.iter().map(|x| cell(*x)).collect::<Vec<_>>().join(" | "));
+    let scored: Vec<Vec<(f64, f64)>> = (0..grid.len())
+        .map(|c| {
+            loaded
+                .iter()
+                .map(|s| score(s.rerank[c].iter().zip(&s.queries).map(|(r, q)| (r.clone(), q.gold.clone()))))
+                .collect()
+        })
+        .collect();
+    for (c, &(w, m)) in grid.iter().enumerate() {
+        let row: Vec<String> = scored[c].iter().map(|x| cell(*x)).collect();
+        println!("| learned, weight {w}, at least {m} labels | {} |", row.join(" | "));
+    }
+    if loaded.len() > 1 {
+        let gain = |c: usize, s: usize| (scored[c][s].0 - base[s].0) + (scored[c][s].1 - base[s].1);
+        let cells: Vec<String> = (0..loaded.len())
+            .map(|test| {
+                let best = (0..grid.len())
+                    .max_by(|&a, &b| {
+                        let o = |c: usize| (0..loaded.len()).filter(|&s| s != test).map(|s| gain(c, s)).sum::<f64>();
+                        o(a).total_cmp(&o(b))
+                    })
+                    .unwrap_or(0);
+                let (w, m) = grid[best];
+                format!("{} (weight {w}, {m} labels)", cell(scored[best][test]))
+            })
+            .collect();
+        println!("| learned, setting chosen by the other sets | {} |", cells.join(" | "));
+    }
+    Ok(())
+}
