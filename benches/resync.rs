@@ -76,6 +76,7 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize, policy: Arc<dyn Policy>) 
         pinned: Vec::new(),
         answer: Default::default(),
         integrity: Default::default(),
+        groups: Default::default(),
         aggregation: Default::default(),
         store,
         upstream,

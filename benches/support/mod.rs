@@ -117,6 +117,7 @@ pub fn optimizer_gateway(store: Arc<toolmux::store::Store>) -> Arc<toolmux::mcp:
         pinned: Vec::new(),
         answer: Default::default(),
         integrity: Default::default(),
+        groups: Default::default(),
         aggregation: Default::default(),
         store,
         upstream: upstream(),

@@ -148,6 +148,7 @@ impl App {
             pinned: config.optimizer.pinned.clone(),
             answer: config.optimizer.answer,
             integrity,
+            groups: config.groups.clone(),
             aggregation: config.aggregation.clone(),
             store,
             upstream: upstream.clone(),

@@ -153,6 +153,7 @@ impl App {
             aggregation => "[aggregation]",
             auth => "[auth]",
             sessions => "[sessions]",
+            groups => "[groups]",
         );
         *running = next;
         // An operator may have accepted held tool changes in the ledger file (`toolmux tools accept`).

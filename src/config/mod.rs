@@ -42,6 +42,17 @@ pub struct Config {
     pub auth: AuthConfig,
     pub policy: Vec<PolicyRule>,
     pub sessions: SessionsConfig,
+    pub groups: GroupsConfig,
+}
+
+/// `[groups]`: each backend offered as a group (the progressive-disclosure extension,
+/// `io.modelcontextprotocol/groups`) to clients that declare it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupsConfig {
+    pub enabled: bool,
+    /// Globs over exposed tool names that stay in `tools/list` for such clients (passthrough);
+    /// every other tool is in its backend's group.
+    pub top_level: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -337,7 +348,12 @@ impl Validator<'_> {
         let auth = self.auth(raw.auth.unwrap_or_default(), server.listen);
         let policy = self.policy(raw.policy, &names);
         let sessions = self.sessions(raw.sessions.unwrap_or_default());
-        Config { server, backends, aggregation, optimizer, health, auth, policy, sessions }
+        let groups = raw.groups.unwrap_or_default();
+        let groups = GroupsConfig {
+            enabled: groups.enabled.unwrap_or(false),
+            top_level: self.globs("groups.top_level", groups.top_level.unwrap_or_default()),
+        };
+        Config { server, backends, aggregation, optimizer, health, auth, policy, sessions, groups }
     }
 
     fn server(&mut self, raw: raw::Server) -> ServerConfig {
@@ -672,7 +688,7 @@ impl Validator<'_> {
             cache_dir: raw.cache_dir.map(PathBuf::from),
             find_tool_description: raw.find_tool_description,
             max_query_chars: self.count("optimizer.max_query_chars", raw.max_query_chars, DEFAULT_MAX_QUERY_CHARS),
-            pinned: self.pinned(raw.pinned.unwrap_or_default()),
+            pinned: self.globs("optimizer.pinned", raw.pinned.unwrap_or_default()),
             learning: raw.learning.unwrap_or(true),
             learning_file: raw.learning_file.filter(|p| !p.trim().is_empty()).map(PathBuf::from),
             answer: match raw.answer.as_deref() {
@@ -686,16 +702,14 @@ impl Validator<'_> {
         }
     }
 
-    /// `optimizer.pinned`: globs over exposed names, each checked here.
-    fn pinned(&mut self, globs: Vec<String>) -> Vec<String> {
+    /// Globs over exposed tool names at `key` (`optimizer.pinned`, `groups.top_level`), each
+    /// checked here.
+    fn globs(&mut self, key: &str, globs: Vec<String>) -> Vec<String> {
         for (i, g) in globs.iter().enumerate() {
             if g.trim().is_empty() {
-                self.problem(
-                    format!("optimizer.pinned[{i}]"),
-                    "is empty; give a tool name or a glob such as \"github_*\"",
-                );
+                self.problem(format!("{key}[{i}]"), "is empty; give a tool name or a glob such as \"github_*\"");
             } else if let Err(e) = globset::Glob::new(g) {
-                self.problem(format!("optimizer.pinned[{i}]"), format!("`{g}` is not a glob: {}", e.kind()));
+                self.problem(format!("{key}[{i}]"), format!("`{g}` is not a glob: {}", e.kind()));
             }
         }
         globs

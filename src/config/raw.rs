@@ -19,8 +19,16 @@ pub struct File {
     pub health: Option<Health>,
     pub auth: Option<Auth>,
     pub sessions: Option<Sessions>,
+    pub groups: Option<Groups>,
     #[serde(default)]
     pub policy: Vec<PolicyRule>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Groups {
+    pub enabled: Option<bool>,
+    pub top_level: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

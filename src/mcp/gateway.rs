@@ -52,6 +52,8 @@ pub struct Parts {
     pub answer: AnswerForm,
     /// Every listing passes through it on its way to the catalog (`store::integrity`).
     pub integrity: Arc<Integrity>,
+    /// `[groups]`.
+    pub groups: crate::config::GroupsConfig,
     pub aggregation: Aggregation,
     pub store: Arc<Store>,
     pub upstream: Arc<Upstream>,
@@ -78,6 +80,8 @@ pub struct Gateway {
     /// How find_tool describes what it found (`optimizer.answer`).
     pub answer: AnswerForm,
     pub integrity: Arc<Integrity>,
+    /// Backends as groups for clients that declare the extension (`[groups]`); `None`: off.
+    pub groups: Option<super::groups::Groups>,
     pub aggregation: Aggregation,
     pub store: Arc<Store>,
     pub upstream: Arc<Upstream>,
@@ -147,6 +151,7 @@ impl Gateway {
             pinned: pinned_set(&p.pinned),
             answer: p.answer,
             integrity: p.integrity,
+            groups: super::groups::Groups::new(&p.groups),
             aggregation: p.aggregation,
             store: p.store,
             upstream: p.upstream,
@@ -189,6 +194,20 @@ impl Gateway {
             && name != super::meta::FIND_TOOL
             && name != super::meta::CALL_TOOL
             && self.pinned.as_ref().is_some_and(|p| p.is_match(name))
+    }
+
+    /// What `session`'s client is shown in `groups/list`, as one number; `None` unless `[groups]`
+    /// is on and the client declared the extension at initialize.
+    pub fn groups_listed(&self, session: &SessionHandle) -> Option<u64> {
+        let groups = self.groups.as_ref()?;
+        let declared = session
+            .peer()?
+            .peer_info()?
+            .capabilities
+            .extensions
+            .as_ref()?
+            .contains_key(super::groups::GROUPS_EXTENSION);
+        declared.then(|| groups.listed(&session.snapshot(), &self.upstream))
     }
 
     /// Whether `optimizer.pinned` names any tool pattern.
@@ -399,10 +418,11 @@ async fn resync_worker(
     mut notices: watch::Receiver<u64>,
     [ct, ended]: [CancellationToken; 2],
 ) {
-    // What the client was last told it has (as [`Snapshot::listed`]: no generation is kept).
-    let (mut told, rescoped) = match session.upgrade() {
+    // What the client was last told it has (as [`Snapshot::listed`]: no generation is kept),
+    // and its groups (`[groups]`, for a client that declared the extension at initialize).
+    let (mut told, mut told_groups, rescoped) = match session.upgrade() {
         Some(s) => match gw.upgrade() {
-            Some(gw) => (gw.listed(&s.snapshot()), s.rescoped.clone()),
+            Some(gw) => (gw.listed(&s.snapshot()), gw.groups_listed(&s), s.rescoped.clone()),
             None => return,
         },
         None => return,
@@ -426,6 +446,14 @@ async fn resync_worker(
         }
         let listed = gw.listed(&next);
         drop(next);
+        let groups = gw.groups_listed(&session);
+        if groups != told_groups {
+            told_groups = groups;
+            if let Some(peer) = session.peer() {
+                let notice = rmcp::model::CustomNotification::new(super::groups::LIST_CHANGED, None);
+                let _ = peer.send_notification(rmcp::model::ServerNotification::CustomNotification(notice)).await;
+            }
+        }
         if listed == told {
             continue;
         }

@@ -2,6 +2,7 @@
 //! state they share.
 
 pub mod gateway;
+pub mod groups;
 pub mod handler;
 pub mod meta;
 pub mod relay;

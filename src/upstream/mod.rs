@@ -65,6 +65,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Listing {
     /// The server's label for search text: its `serverInfo` title or name ([`server_label`]).
     pub server: Option<String>,
+    /// What the server says it is for: its `serverInfo` description, else its instructions.
+    pub about: Option<String>,
+    /// Its `initialize` instructions, if any.
+    pub instructions: Option<String>,
     pub tools: Vec<Tool>,
     pub resources: Vec<Resource>,
     pub templates: Vec<ResourceTemplate>,
@@ -785,7 +789,14 @@ async fn list_everything(peer: &Peer<RoleClient>) -> anyhow::Result<Listing> {
             Vec::new()
         });
     }
-    Ok(Listing { server, tools, resources, templates, prompts })
+    let instructions = info.as_ref().and_then(|i| i.instructions.clone()).filter(|s| !s.trim().is_empty());
+    let about = info
+        .as_ref()
+        .and_then(|i| i.server_info.as_ref())
+        .and_then(|s| s.description.clone())
+        .filter(|s| !s.trim().is_empty())
+        .or_else(|| instructions.clone());
+    Ok(Listing { server, about, instructions, tools, resources, templates, prompts })
 }
 
 /// Every configured backend. The set changes only on a reload ([`Upstream::add`],

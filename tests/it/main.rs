@@ -8,6 +8,7 @@ mod conformance_server;
 mod auth;
 mod cli;
 mod gateway;
+mod groups;
 mod health;
 mod http;
 mod integrity;

@@ -201,6 +201,7 @@ async fn gateway(names: &[String], catalog: Catalog, policy: Arc<dyn Policy>) ->
         pinned: Vec::new(),
         answer: Default::default(),
         integrity: Default::default(),
+        groups: Default::default(),
         aggregation: Default::default(),
         store,
         upstream,

@@ -42,6 +42,7 @@ use crate::session::{Access, Caller, SessionHandle, Snapshot};
 use crate::upstream::{Answer, Backend, CallError, Link};
 
 mod calls;
+mod groups;
 mod lifecycle;
 mod resources;
 mod search;
@@ -178,6 +179,13 @@ impl ServerHandler for GatewayHandler {
             .enable_tool_list_changed()
             .enable_tasks()
             .build();
+        if self.gw.groups.is_some()
+            && let Some(extensions) = caps.extensions.as_mut()
+        {
+            let mut settings = rmcp::model::JsonObject::new();
+            settings.insert("listChanged".into(), true.into());
+            extensions.insert(crate::mcp::groups::GROUPS_EXTENSION.into(), settings);
+        }
         // Optimizer mode's list changes only when it has pinned tools.
         if self.gw.mode == Mode::Optimizer && !self.gw.has_pinned() {
             caps.tools = Some(Default::default());
@@ -223,7 +231,16 @@ impl ServerHandler for GatewayHandler {
                     tools.extend(snap.tools().filter(|t| self.gw.is_pinned(t.name())).map(|t| t.tool.clone()));
                     tools
                 }
-                Mode::Passthrough => self.snapshot(&context).tools().map(|t| t.tool.clone()).collect(),
+                // A client of groups lists the top-level tools; the rest come with their group.
+                Mode::Passthrough => match (&self.gw.groups, self.wants_groups(&context)) {
+                    (Some(groups), true) => self
+                        .snapshot(&context)
+                        .tools()
+                        .filter(|t| groups.is_top_level(t.name()))
+                        .map(|t| t.tool.clone())
+                        .collect(),
+                    _ => self.snapshot(&context).tools().map(|t| t.tool.clone()).collect(),
+                },
             };
             Ok(ListToolsResult::with_all_items(tools))
         })
@@ -257,8 +274,8 @@ impl ServerHandler for GatewayHandler {
                         return self.forward_call(&snap, &args.tool_name, inner, &context).await;
                     }
                 },
-                // A pinned tool, called by its own name.
-                other if self.gw.is_pinned(other) => {
+                // A pinned tool, or (with groups) a tool a group disclosed, called by its own name.
+                other if self.gw.is_pinned(other) || (self.gw.groups.is_some() && snap.tool(other).is_some()) => {
                     let name = other.to_string();
                     tracing::Span::current().record("tool", name.as_str());
                     return self.forward_call(&snap, &name, request, &context).await;
@@ -427,6 +444,20 @@ impl ServerHandler for GatewayHandler {
             }
         })
         .await
+    }
+
+    /// `groups/list` and `groups/get` (`[groups]`); any other method rmcp does not know: -32601.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        let method: &'static str = match request.method.as_str() {
+            crate::mcp::groups::LIST => crate::mcp::groups::LIST,
+            crate::mcp::groups::GET => crate::mcp::groups::GET,
+            other => return Err(ErrorData::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, other.to_string(), None)),
+        };
+        self.measured(method, &context, async { self.groups_request(method, request.params.as_ref(), &context) }).await
     }
 
     /// `tasks/*` (SEP-2663): rmcp answers -32021 before these for a client that did not declare

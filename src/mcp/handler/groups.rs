@@ -1,0 +1,56 @@
+//! `groups/list` and `groups/get` (`mcp::groups`), for clients that declared the extension.
+
+use rmcp::ErrorData;
+use rmcp::model::{ClientCapabilities, CustomResult, ErrorCode, ExtensionCapabilities};
+use rmcp::service::{RequestContext, RoleServer};
+use serde_json::{Value, json};
+
+use super::GatewayHandler;
+use crate::mcp::groups::GROUPS_EXTENSION;
+
+impl GatewayHandler {
+    /// Whether this request's client declared the groups extension (in the request's `_meta`, or
+    /// at its session's initialize) and `[groups]` is on.
+    pub(super) fn wants_groups(&self, ctx: &RequestContext<RoleServer>) -> bool {
+        self.gw.groups.is_some()
+            && ctx.client_capabilities().and_then(|c| c.extensions).is_some_and(|e| e.contains_key(GROUPS_EXTENSION))
+    }
+
+    /// `groups/list` or `groups/get`.
+    pub(super) fn groups_request(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let Some(groups) = &self.gw.groups else {
+            return Err(ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method.to_string(), None));
+        };
+        if !self.wants_groups(ctx) {
+            let mut extensions = ExtensionCapabilities::new();
+            extensions.insert(GROUPS_EXTENSION.into(), Default::default());
+            let mut required = ClientCapabilities::default();
+            required.extensions = Some(extensions);
+            return Err(ErrorData::missing_required_client_capability(required));
+        }
+        let snap = self.snapshot(ctx);
+        let upstream = &self.gw.upstream;
+        if method == crate::mcp::groups::LIST {
+            return Ok(CustomResult::new(json!({"groups": groups.list(&snap, upstream)})));
+        }
+        let name = match params.and_then(|p| p.get("name")) {
+            Some(Value::String(n)) if !n.is_empty() => n.as_str(),
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "groups/get needs the name of a group from groups/list: {\"name\": \"<group>\"}",
+                    None,
+                ));
+            }
+        };
+        // A group the caller may not see answers as one that does not exist.
+        groups
+            .get(name, &snap, upstream)
+            .map(CustomResult::new)
+            .ok_or_else(|| ErrorData::resource_not_found(format!("group not found: {name}"), None))
+    }
+}
