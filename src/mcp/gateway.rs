@@ -93,6 +93,9 @@ pub struct Gateway {
     pub parked: Arc<Parked>,
     /// Tasks backends run for this gateway's clients, by the id the client was given.
     pub tasks: super::tasks::TaskRoutes,
+    /// The calls running for callers without a session, by principal: each principal gets
+    /// `server.max_calls_per_session` places, as a session does ([`Gateway::caller_calls`]).
+    caller_calls: Mutex<lru::LruCache<String, Arc<tokio::sync::Semaphore>>>,
     /// The client sessions held here, from their claim to their end ([`Registry`]).
     registry: Arc<Registry>,
     /// Bumped when the generation or any backend's advertisability changes.
@@ -123,6 +126,9 @@ pub struct Gateway {
     shared_sessions: std::sync::OnceLock<Arc<SharedSessions>>,
     ct: CancellationToken,
 }
+
+/// Principals without a session whose running calls are counted at once.
+const CALLERS_LIMITED: usize = 4096;
 
 /// The pinned globs as one set (the configuration checked each one); `None` when there are none.
 fn pinned_set(globs: &[String]) -> Option<globset::GlobSet> {
@@ -160,6 +166,9 @@ impl Gateway {
             relay: p.relay,
             parked: Arc::default(),
             tasks: Default::default(),
+            caller_calls: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(CALLERS_LIMITED).expect("a positive capacity"),
+            )),
             registry: Arc::default(),
             epoch,
             notices: Notifier::new(p.notice_window),
@@ -208,6 +217,19 @@ impl Gateway {
             .as_ref()?
             .contains_key(super::groups::GROUPS_EXTENSION);
         declared.then(|| groups.listed(&session.snapshot(), &self.upstream))
+    }
+
+    /// The places for calls of a caller without a session (`principal`): `max_calls_per_session`
+    /// of them, shared by every request of that principal. The [`CALLERS_LIMITED`] principals
+    /// seen last are tracked; one pushed out while its calls run starts afresh.
+    pub fn caller_calls(&self, principal: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut calls = self.caller_calls.lock().expect("caller calls lock");
+        if let Some(s) = calls.get(principal) {
+            return s.clone();
+        }
+        let s = Arc::new(tokio::sync::Semaphore::new(self.limits.max_calls_per_session));
+        calls.put(principal.to_string(), s.clone());
+        s
     }
 
     /// Whether `optimizer.pinned` names any tool pattern.

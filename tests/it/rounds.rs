@@ -255,3 +255,35 @@ async fn an_abandoned_parked_call_is_cancelled_at_the_backend() {
     observer.cancel().await.unwrap();
     app.shutdown().await;
 }
+
+/// A caller without a session has `server.max_calls_per_session` calls at once, counted by
+/// principal: with one place, alice's parked call (it waits for her answer) holds it, so her next
+/// call is refused naming the key, while bob's goes through; her answer frees the place.
+#[tokio::test]
+async fn a_caller_without_a_session_has_a_bounded_number_of_calls() {
+    let extra = format!("max_calls_per_session = 1\n{}", bearer_auth(&["alice", "bob"]));
+    let (app, _kit) = gateway_with_extra("passthrough", "2025-11-25", &extra).await;
+    let alice = answering_stateless_client(&app, "alice").await;
+    let CallToolResponse::InputRequired(parked) = alice.peer().call_tool_once(ask("passthrough", 1)).await.unwrap()
+    else {
+        panic!("expected the backend's question");
+    };
+    let echo =
+        || CallToolRequestParams::new("kit_echo").with_arguments(json!({"input": "x"}).as_object().unwrap().clone());
+    let refused = alice.peer().call_tool_once(echo()).await.unwrap();
+    let CallToolResponse::Complete(refused) = refused else { panic!("expected a tool error") };
+    assert_eq!(refused.is_error, Some(true));
+    assert!(text(&refused).contains("server.max_calls_per_session"), "{}", text(&refused));
+    let bob = answering_stateless_client(&app, "bob").await;
+    assert_eq!(
+        result_text(&bob.peer().call_tool_once(echo()).await.unwrap()),
+        "x",
+        "another caller has places of his own"
+    );
+    // Alice answers: her call ends and frees its place.
+    let mut retry = ask("passthrough", 1);
+    retry.input_responses = Some(answered(parked.input_requests.unwrap().keys().cloned()));
+    retry.request_state = parked.request_state;
+    assert_eq!(result_text(&alice.peer().call_tool_once(retry).await.unwrap()), "echo of what now");
+    assert_eq!(result_text(&alice.peer().call_tool_once(echo()).await.unwrap()), "x");
+}

@@ -76,19 +76,21 @@ impl GatewayHandler {
             ))
             .into());
         }
-        // A place among the session's running calls, then the connection to use.
-        let permit = match self.session.get() {
-            Some(s) => match s.calls.clone().try_acquire_owned() {
-                Ok(p) => Some(p),
-                Err(_) => {
-                    let max = self.gw.limits.max_calls_per_session;
-                    return Ok(meta::error_result(format!(
-                        "this session already has {max} calls running (server.max_calls_per_session); wait for one to finish, then call {name} again"
-                    ))
-                    .into());
-                }
-            },
-            None => None,
+        // A place among the session's running calls (a caller without a session: its
+        // principal's), then the connection to use.
+        let (places, whose) = match self.session.get() {
+            Some(s) => (s.calls.clone(), "this session already has"),
+            None => (self.gw.caller_calls(&caller.principal), "you already have"),
+        };
+        let permit = match places.try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                let max = self.gw.limits.max_calls_per_session;
+                return Ok(meta::error_result(format!(
+                    "{whose} {max} calls running (server.max_calls_per_session); wait for one to finish, then call {name} again"
+                ))
+                .into());
+            }
         };
         let link = match self.link(&backend).await {
             Ok(l) => l,
