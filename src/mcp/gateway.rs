@@ -242,7 +242,9 @@ impl Gateway {
     pub fn listed(&self, snap: &Snapshot) -> u64 {
         match self.mode {
             Mode::Passthrough => snap.listed(),
-            Mode::Optimizer => snap.listed_where(|t| self.is_pinned(t.name())),
+            Mode::Optimizer if self.pinned.is_some() => snap.listed_where(|t| self.is_pinned(t.name())),
+            // The two meta-tools never change: no walk over the caller's tools.
+            Mode::Optimizer => 0,
         }
     }
 
