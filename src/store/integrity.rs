@@ -93,13 +93,9 @@ fn read(path: &Path) -> anyhow::Result<Ledger> {
     }
 }
 
-/// Writes the ledger whole: a temporary file beside it, renamed over it. Call under the lock.
+/// Writes the ledger whole ([`super::write_whole`]). Call under the lock.
 fn write(path: &Path, ledger: &Ledger) -> anyhow::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, serde_json::to_vec_pretty(ledger)?).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+    super::write_whole(path, &serde_json::to_vec_pretty(ledger)?)
 }
 
 /// Accepts held versions in the ledger file at `path` (all, one backend's, or one tool); a

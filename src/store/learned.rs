@@ -12,7 +12,7 @@
 //! [`PER_SESSION`] labels from one session, one per tool.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -200,19 +200,8 @@ impl Learned {
                 tools: tools.iter().map(|(k, e)| (k.backend.to_string(), k.tool.to_string(), e.clone())).collect(),
             }
         };
-        write_whole(path, &serde_json::to_vec(&file)?)
+        super::write_whole(path, &serde_json::to_vec(&file)?)
     }
-}
-
-/// Writes `bytes` to `path` through a temporary file renamed over it.
-fn write_whole(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", PathBuf::from(&tmp).display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
 }
 
 #[cfg(test)]

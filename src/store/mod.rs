@@ -7,6 +7,21 @@
 
 pub mod integrity;
 pub mod learned;
+
+/// Writes `bytes` to `path` whole: to a temporary file beside it (its folder made if need be),
+/// renamed over it, so a reader never sees half a file. The tool ledger and the learned
+/// ranking are kept this way.
+fn write_whole(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use anyhow::Context;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+}
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
