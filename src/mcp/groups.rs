@@ -94,14 +94,19 @@ impl Groups {
     /// The caller's groups: one per backend with scoped tools in `snap`. Names that two backends
     /// would share get a numbered suffix, in backend order.
     pub fn list(&self, snap: &Snapshot, upstream: &Upstream) -> Vec<Group> {
+        self.with_tools(snap, upstream).into_iter().map(|(g, _)| g).collect()
+    }
+
+    /// [`Groups::list`], each group with its tools.
+    fn with_tools<'a>(&self, snap: &'a Snapshot, upstream: &Upstream) -> Vec<(Group, Vec<&'a CatalogTool>)> {
         let mut scoped = self.scoped(snap);
         scoped.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut out: Vec<Group> = Vec::new();
+        let mut out: Vec<(Group, Vec<&CatalogTool>)> = Vec::new();
         for (backend, tools) in scoped {
             let base = group_name(&backend);
             let mut name = base.clone();
             let mut n = 2;
-            while out.iter().any(|g| g.name == name) {
+            while out.iter().any(|(g, _)| g.name == name) {
                 let suffix = format!("-{n}");
                 name = format!("{}{suffix}", &base[..base.len().min(64 - suffix.len())]);
                 n += 1;
@@ -119,7 +124,7 @@ impl Groups {
                 Some(about) => format!("{} ({made_up})", about.trim().trim_end_matches('.')),
                 None => made_up,
             };
-            out.push(Group { name, title, description, backend });
+            out.push((Group { name, title, description, backend }, tools));
         }
         out
     }
@@ -127,13 +132,8 @@ impl Groups {
     /// `groups/get` for `name`: the group's tools, whole, and its backend's instructions; `None`
     /// when the caller has no such group.
     pub fn get(&self, name: &str, snap: &Snapshot, upstream: &Upstream) -> Option<Value> {
-        let group = self.list(snap, upstream).into_iter().find(|g| g.name == name)?;
-        let tools: Vec<&rmcp::model::Tool> = self
-            .scoped(snap)
-            .into_iter()
-            .find(|(b, _)| *b == group.backend)
-            .map(|(_, tools)| tools.into_iter().map(|t| &t.tool).collect())
-            .unwrap_or_default();
+        let (group, tools) = self.with_tools(snap, upstream).into_iter().find(|(g, _)| g.name == name)?;
+        let tools: Vec<&rmcp::model::Tool> = tools.into_iter().map(|t| &t.tool).collect();
         let mut result = json!({"contents": {"tools": tools}});
         if let Some(instructions) = upstream.get(&group.backend).and_then(|b| b.listing().instructions.clone()) {
             result["instructions"] = json!(instructions);

@@ -34,7 +34,8 @@ impl GatewayHandler {
                 "tool_keywords add up to {keyword_chars} characters; the limit is {max} (optimizer.max_query_chars). Give a few distinctive words."
             ));
         }
-        let query = Query { description: args.description.clone(), keywords: args.keywords.clone() };
+        let describe = args.describe;
+        let query = Query { description: args.description, keywords: args.keywords };
         let n = self.gw.max_tools;
         let generation = &snap.generation;
         let result = self.gw.store.search(generation, &snap.allow, &query, n, Ranker::Fused).await;
@@ -46,7 +47,7 @@ impl GatewayHandler {
             let found = result.hits.iter().map(|h| generation.catalog.tools()[h.slot as usize].key.clone()).collect();
             session.usage.found(vector.clone(), found);
         }
-        let compact = self.gw.answer == AnswerForm::Compact && !args.describe;
+        let compact = self.gw.answer == AnswerForm::Compact && !describe;
         let tools: Vec<Tool> = result
             .hits
             .iter()
