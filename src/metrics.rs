@@ -109,6 +109,9 @@ pub struct Metrics {
     pub sessions_restored: Counter,
     pub tool_changes: Family<BackendKind, Counter>,
     pub tools_held: Gauge,
+    pub sessionless_principals: Gauge,
+    pub sessionless_evicted: Counter,
+    pub sessionless_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -150,6 +153,9 @@ impl Metrics {
             sessions_restored: Counter::default(),
             tool_changes: Family::default(),
             tools_held: Gauge::default(),
+            sessionless_principals: Gauge::default(),
+            sessionless_evicted: Counter::default(),
+            sessionless_refused: Counter::default(),
         };
         r.register("requests", "MCP requests answered, by method and outcome", m.requests.clone());
         r.register("request_duration_seconds", "Time to answer an MCP request", m.request_seconds.clone());
@@ -207,6 +213,21 @@ impl Metrics {
             m.tool_changes.clone(),
         );
         r.register("tools_held", "Tool versions held back until an operator accepts them", m.tools_held.clone());
+        r.register(
+            "sessionless_principals",
+            "Principals without a session holding backend sessions of their own (per_client backends)",
+            m.sessionless_principals.clone(),
+        );
+        r.register(
+            "sessionless_principals_evicted",
+            "Session-less principals' backend sessions closed to make room for another principal",
+            m.sessionless_evicted.clone(),
+        );
+        r.register(
+            "sessionless_principals_refused",
+            "Session-less requests refused because every principal's backend sessions were in use",
+            m.sessionless_refused.clone(),
+        );
         *m.registry.lock().expect("registry lock") = r;
         m
     }

@@ -78,6 +78,9 @@ pub struct Limits {
     pub session_idle_timeout: Duration,
     /// Forwarded calls one session may have running at once.
     pub max_calls_per_session: usize,
+    /// Principals without a session that may hold backend sessions of their own (on
+    /// `per_client` backends) at once.
+    pub max_sessionless_principals: usize,
     /// Open HTTP connections; more wait in the listen backlog.
     pub max_connections: usize,
     /// Deadline for a request's headers, from the connection's first byte.
@@ -92,6 +95,7 @@ impl Default for Limits {
             max_sessions: 1000,
             session_idle_timeout: Duration::from_secs(30 * 60),
             max_calls_per_session: 32,
+            max_sessionless_principals: 256,
             max_connections: 1024,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
@@ -398,6 +402,11 @@ impl Validator<'_> {
                 raw.max_calls_per_session,
                 d.max_calls_per_session,
             ),
+            max_sessionless_principals: self.count(
+                "server.max_sessionless_principals",
+                raw.max_sessionless_principals,
+                d.max_sessionless_principals,
+            ),
             max_connections: self.count("server.max_connections", raw.max_connections, d.max_connections),
             header_timeout: self.positive("server.header_timeout", raw.header_timeout.as_deref(), d.header_timeout),
             body_timeout: self.positive("server.body_timeout", raw.body_timeout.as_deref(), d.body_timeout),
@@ -625,9 +634,24 @@ impl Validator<'_> {
         let token_url = field("token_url", raw.token_url);
         let client_id = field("client_id", raw.client_id);
         let client_secret = field("client_secret", raw.client_secret);
-        let web = |u: &str| u.starts_with("http://") || u.starts_with("https://");
-        if !token_url.is_empty() && !web(&token_url) {
-            self.problem(key("token_exchange.token_url"), format!("`{token_url}` must be an http:// or https:// URL"));
+        // The gateway's client secret and every caller's token go there: in the clear only to
+        // this machine.
+        let loopback = |u: &str| {
+            u.parse::<http::Uri>().ok().and_then(|u| u.host().map(str::to_string)).is_some_and(|h| {
+                let h = h.trim_start_matches('[').trim_end_matches(']');
+                h == "localhost" || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+            })
+        };
+        let fine = token_url.is_empty()
+            || token_url.starts_with("https://")
+            || (token_url.starts_with("http://") && loopback(&token_url));
+        if !fine {
+            self.problem(
+                key("token_exchange.token_url"),
+                format!(
+                    "`{token_url}` must be an https:// URL (http:// only to this machine: localhost, 127.0.0.1, [::1])"
+                ),
+            );
         }
         Some(TokenExchange { token_url, client_id, client_secret, audience: raw.audience, scope: raw.scope })
     }

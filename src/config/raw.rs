@@ -103,6 +103,7 @@ pub struct Server {
     pub max_sessions: Option<i64>,
     pub session_idle_timeout: Option<String>,
     pub max_calls_per_session: Option<i64>,
+    pub max_sessionless_principals: Option<i64>,
     pub max_connections: Option<i64>,
     pub header_timeout: Option<String>,
     pub body_timeout: Option<String>,

@@ -27,7 +27,7 @@ use crate::session::shared::SharedSessions;
 use crate::session::{Caller, Policy, Presented, SessionHandle, Snapshot, scope};
 use crate::store::Store;
 use crate::store::integrity::Integrity;
-use crate::upstream::{ClientUpstreams, Upstream};
+use crate::upstream::{ClientUpstreams, PrincipalUpstreams, Upstream};
 
 /// Callers whose scopes are cached (least recently used out first). A session keeps its own
 /// snapshot, so a caller pushed out only costs a fresh derivation on the next change.
@@ -96,6 +96,9 @@ pub struct Gateway {
     /// The calls running for callers without a session, by principal: each principal gets
     /// `server.max_calls_per_session` places, as a session does ([`Gateway::caller_calls`]).
     caller_calls: Mutex<lru::LruCache<String, Arc<tokio::sync::Semaphore>>>,
+    /// The backend sessions of callers without a session on `per_client` backends, one set per
+    /// principal (`server.max_sessionless_principals` of them).
+    pub sessionless: PrincipalUpstreams,
     /// The client sessions held here, from their claim to their end ([`Registry`]).
     registry: Arc<Registry>,
     /// Bumped when the generation or any backend's advertisability changes.
@@ -163,12 +166,17 @@ impl Gateway {
             upstream: p.upstream,
             health: p.health,
             policy: arc_swap::ArcSwap::from_pointee(p.policy),
-            relay: p.relay,
+            relay: p.relay.clone(),
             parked: Arc::default(),
             tasks: Default::default(),
             caller_calls: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(CALLERS_LIMITED).expect("a positive capacity"),
             )),
+            sessionless: PrincipalUpstreams::new(
+                p.relay.clone(),
+                p.limits.session_idle_timeout,
+                p.limits.max_sessionless_principals,
+            ),
             registry: Arc::default(),
             epoch,
             notices: Notifier::new(p.notice_window),

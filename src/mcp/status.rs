@@ -228,6 +228,10 @@ impl Gateway {
             metrics::catch_up(&m.tool_changes.get_or_create(&metrics::BackendKind { backend, kind }), n);
         }
         m.tools_held.set(status.integrity.held.len() as i64);
+        let (held, evicted, refused) = self.sessionless.counts();
+        m.sessionless_principals.set(held as i64);
+        metrics::catch_up(&m.sessionless_evicted, evicted);
+        metrics::catch_up(&m.sessionless_refused, refused);
         if let Some(store) = &status.sessions.store {
             m.session_store_up.set(i64::from(store.state == "up"));
             m.session_store_pending.set(store.pending_writes as i64);

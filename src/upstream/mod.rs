@@ -25,6 +25,7 @@ pub mod children;
 mod client;
 pub mod exchange;
 pub mod identity;
+mod principals;
 mod session;
 
 use std::collections::HashMap;
@@ -52,6 +53,7 @@ use crate::telemetry::Trace;
 
 pub use client::UpstreamClient;
 pub use identity::{Identity, LiveIdentity};
+pub use principals::PrincipalUpstreams;
 pub use session::{ClientUpstreams, InUse};
 
 /// First and last reconnect delays.
@@ -106,6 +108,12 @@ pub enum CallError {
     /// What went wrong is logged (secrets in URLs redacted), never sent to the client.
     #[error("backend `{backend}` could not open a session for this client; try again shortly")]
     SessionFailed { backend: String },
+    /// `server.max_sessionless_principals` principals without a session hold backend sessions
+    /// of their own, and every one of them is in use.
+    #[error(
+        "backend sessions are held for {max} callers without a session, all in use (server.max_sessionless_principals); try again shortly, or initialize a session to get backend sessions of your own"
+    )]
+    PrincipalsBusy { max: usize },
     /// `auth = "token_exchange"`: no token of the backend's own could be had for the caller.
     #[error("backend `{backend}` takes a token exchanged for yours, and the exchange failed: {why}")]
     Exchange { backend: String, why: exchange::ExchangeError },
@@ -154,11 +162,14 @@ pub struct Link {
     /// Unique in the process; what the backend sends back is keyed by it.
     pub conn: u64,
     own: Option<Arc<session::Conn>>,
+    /// A session-less principal's set of backend sessions, kept open while the request that
+    /// travels on it runs ([`PrincipalUpstreams`]).
+    owner: Option<Arc<ClientUpstreams>>,
 }
 
 impl Link {
     fn own(conn: &Arc<session::Conn>) -> Self {
-        Self { peer: conn.peer.clone(), conn: conn.id, own: Some(conn.clone()) }
+        Self { peer: conn.peer.clone(), conn: conn.id, own: Some(conn.clone()), owner: None }
     }
 
     /// Whether this is a client's own upstream session.
@@ -360,7 +371,12 @@ impl Backend {
                     // A suspicion raised before this connection existed is not about it.
                     let _ = futures::FutureExt::now_or_never(self.suspect.notified());
                     let peer = Arc::new(service.peer().clone());
-                    self.shared.store(Some(Arc::new(Link { peer, conn: service.service().conn, own: None })));
+                    self.shared.store(Some(Arc::new(Link {
+                        peer,
+                        conn: service.service().conn,
+                        own: None,
+                        owner: None,
+                    })));
                     self.tried.store(true, Ordering::Release);
                     self.bump();
                     let stopped = self.serve_connection(service, &ct).await;

@@ -431,3 +431,83 @@ async fn a_thousand_sessions_opened_and_closed_leave_nothing_behind() {
     );
     app.shutdown().await;
 }
+
+/// A principal's session-less client on a `per_client` backend: passthrough, bearer `token`.
+async fn sessionless(app: &App, token: &str) -> RunningService<RoleClient, Recorder> {
+    stateless_client(app, Recorder::default(), Some(token)).await
+}
+
+#[tokio::test]
+async fn callers_without_a_session_get_their_principals_own_backend_sessions() {
+    let kit = http_backend("testkit").await;
+    let backends = web_and_cli(&kit.url);
+    let app = passthrough(&backends, &bearer_auth(&["alice", "bob"])).await;
+    for backend in ["web", "cli"] {
+        let (remember, recall) = (format!("{backend}_remember"), format!("{backend}_recall"));
+        let alice = sessionless(&app, "alice").await;
+        call(&alice, &remember, json!({"value": "secret-of-alice"})).await;
+        let bob = sessionless(&app, "bob").await;
+        assert_eq!(text(&call(&bob, &recall, json!({})).await), "", "{backend}: bob sees nothing of alice's");
+        call(&bob, &remember, json!({"value": "bob's"})).await;
+        // Another session-less client of alice's is alice again: her backend session, reused.
+        let alice_again = sessionless(&app, "alice").await;
+        assert_eq!(text(&call(&alice_again, &recall, json!({})).await), "secret-of-alice", "{backend}");
+        assert_eq!(text(&call(&bob, &recall, json!({})).await), "bob's", "{backend}");
+    }
+    assert_eq!(open_upstreams(&app, "web"), 2, "one backend session per principal");
+    assert_eq!(open_upstreams(&app, "cli"), 2, "one child per principal");
+
+    // With a session of alice's beside them: the session's backend session is its own.
+    let (carol, _) = client_with_auth(&app, Some("alice")).await;
+    assert_eq!(text(&call(&carol, "web_recall", json!({})).await), "", "a session starts afresh");
+    call(&carol, "web_remember", json!({"value": "alice's session"})).await;
+    let bob = sessionless(&app, "bob").await;
+    assert_eq!(text(&call(&bob, "web_recall", json!({})).await), "bob's");
+    let alice = sessionless(&app, "alice").await;
+    assert_eq!(text(&call(&alice, "web_recall", json!({})).await), "secret-of-alice");
+    assert_eq!(text(&call(&carol, "web_recall", json!({})).await), "alice's session");
+    let metrics = app.gateway.render_metrics();
+    assert!(metrics.contains("toolmux_sessionless_principals 2"), "{metrics}");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn session_less_principals_past_the_bound_take_the_place_of_idle_ones() {
+    let kit = http_backend("testkit").await;
+    let server = "max_sessionless_principals = 1\n";
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{server}{}{}",
+        bearer_auth(&["alice", "bob"]),
+        http_backend_toml("web", &kit.url)
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let alice = sessionless(&app, "alice").await;
+    call(&alice, "web_remember", json!({"value": "secret-of-alice"})).await;
+    // Bob takes alice's place: her backend session is closed, never lent to him.
+    let bob = sessionless(&app, "bob").await;
+    assert_eq!(text(&call(&bob, "web_recall", json!({})).await), "");
+    assert!(eventually(Duration::from_secs(10), || async { open_upstreams(&app, "web") == 1 }).await);
+    // While bob's call runs, alice cannot take his place: a clear tool error, nothing shared.
+    let slow = {
+        let bob = sessionless(&app, "bob").await;
+        tokio::spawn(async move { call(&bob, "web_sleep", json!({"ms": 3000})).await })
+    };
+    assert!(eventually(Duration::from_secs(10), || async { app.gateway.sessionless.in_use() == 1 }).await);
+    let refused = call(&alice, "web_recall", json!({})).await;
+    assert_eq!(refused.is_error, Some(true), "{refused:?}");
+    assert!(text(&refused).contains("server.max_sessionless_principals"), "{refused:?}");
+    let slept = slow.await.unwrap();
+    assert_eq!(text(&slept), "slept 3000 ms", "bob's call was not disturbed");
+    // Once it ends, alice takes the place again, with a backend session of her own.
+    let r = call(&alice, "web_recall", json!({})).await;
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    assert_eq!(text(&r), "", "alice's old backend session is gone");
+    let metrics = app.gateway.render_metrics();
+    let count = |name: &str| -> u64 {
+        let line = metrics.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}: {metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(count("toolmux_sessionless_principals_evicted_total") >= 2, "{metrics}");
+    assert!(count("toolmux_sessionless_principals_refused_total") >= 1, "{metrics}");
+    app.shutdown().await;
+}

@@ -79,13 +79,19 @@ impl GatewayHandler {
         self.advertisable_backends().filter(move |b| policy.backend(caller, b.name()) == Access::All)
     }
 
-    /// The connection a request to `backend` travels on: this session's own upstream session
-    /// for a `per_client` backend (opened now if need be), else the gateway's shared one.
-    async fn link(&self, backend: &Arc<Backend>) -> Result<Link, CallError> {
-        match self.session.get().and_then(|s| s.upstreams()) {
-            Some(upstreams) => upstreams.link(backend).await,
-            None => backend.shared_link(),
+    /// The connection a request to `backend` travels on. A `per_client` backend: this session's
+    /// own upstream session, or for a caller without a session its principal's (opened now if
+    /// need be); never the gateway's shared connection, which would share the backend's state
+    /// across callers. Any other backend: the gateway's shared connection.
+    async fn link(&self, backend: &Arc<Backend>, ctx: &RequestContext<RoleServer>) -> Result<Link, CallError> {
+        if let Some(upstreams) = self.session.get().and_then(|s| s.upstreams()) {
+            return upstreams.link(backend).await;
         }
+        if self.session.get().is_none() && backend.per_client() {
+            let caller = self.caller_of(ctx);
+            return self.gw.sessionless.link(&caller.principal, caller.token.clone(), backend).await;
+        }
+        backend.shared_link()
     }
 
     /// The caller the HTTP edge authenticated; over stdio, `auth.stdio_principal`.
@@ -328,7 +334,7 @@ impl ServerHandler for GatewayHandler {
             let Some(backend) = owner else {
                 return Ok(CompleteResult::new(CompletionInfo::default()));
             };
-            let link = self.link(&backend).await.map_err(wire_error)?;
+            let link = self.link(&backend, &context).await.map_err(wire_error)?;
             backend.complete(&link, request, &context.ct).await.map(Completed::completed).map_err(wire_error)
         })
         .await
@@ -359,7 +365,7 @@ impl ServerHandler for GatewayHandler {
                 self.gw.relay.unsubscribe(&request.uri, &context.peer);
                 return Ok(());
             };
-            let link = self.link(&backend).await.map_err(wire_error)?;
+            let link = self.link(&backend, &context).await.map_err(wire_error)?;
             // On a shared connection the subscription is dropped only when no session wants it.
             if link.is_own() || self.gw.relay.unsubscribe(&request.uri, &context.peer) {
                 backend.unsubscribe(&link, request, &context.ct).await.map_err(wire_error)?;
@@ -432,7 +438,7 @@ impl ServerHandler for GatewayHandler {
             let Some(backend) = self.resource_owner(&self.caller(&context), &uri) else {
                 return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
             };
-            let link = self.link(&backend).await.map_err(wire_error)?;
+            let link = self.link(&backend, &context).await.map_err(wire_error)?;
             let answer = self
                 .with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct))
                 .await;
@@ -509,7 +515,7 @@ impl ServerHandler for GatewayHandler {
                 return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
             };
             request.name = original;
-            let link = self.link(&backend).await.map_err(wire_error)?;
+            let link = self.link(&backend, &context).await.map_err(wire_error)?;
             let answer = self
                 .with_rounds(&context, backend.name(), request, |p| backend.get_prompt(&link, p, &context.ct))
                 .await;
@@ -566,6 +572,7 @@ fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {
         | CallError::ConnectionLost { .. }
         | CallError::AtCapacity { .. }
         | CallError::SessionFailed { .. }
+        | CallError::PrincipalsBusy { .. }
         | CallError::Exchange { .. }) => Ok(meta::error_result(e.to_string())),
     }
 }
@@ -583,6 +590,7 @@ fn wire_error(e: CallError) -> ErrorData {
         | CallError::ConnectionLost { .. }
         | CallError::AtCapacity { .. }
         | CallError::SessionFailed { .. }
+        | CallError::PrincipalsBusy { .. }
         | CallError::Exchange { .. }) => ErrorData::internal_error(e.to_string(), None),
     }
 }

@@ -25,7 +25,7 @@ impl GatewayHandler {
             return Err(ErrorData::resource_not_found(format!("resource not found: {}", request.uri), None));
         };
         let uri = request.uri.clone();
-        let link = self.link(&backend).await.map_err(wire_error)?;
+        let link = self.link(&backend, context).await.map_err(wire_error)?;
         backend.subscribe(&link, request, &context.ct).await.map_err(wire_error)?;
         // A client's own upstream session sends its updates to that client alone already.
         if !link.is_own() {
