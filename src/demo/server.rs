@@ -303,11 +303,15 @@ impl ServerHandler for DemoServer {
                 if context.client_capabilities().is_some_and(|c| c.supports_tasks()) {
                     use rmcp::task_manager::{TaskExit, TaskOptions};
                     let options = TaskOptions::new().with_poll_interval_ms(50);
+                    let shared = self.shared.clone();
                     let task = self.shared.tasks.spawn(options, move |cx| {
                         Box::pin(async move {
                             tokio::select! {
                                 _ = tokio::time::sleep(work) => Ok(text(format!("{label} done after {ms} ms"))),
-                                _ = cx.cancelled() => Err(TaskExit::Cancelled),
+                                _ = cx.cancelled() => {
+                                    shared.cancelled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                    Err(TaskExit::Cancelled)
+                                }
                             }
                         })
                     });

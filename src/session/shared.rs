@@ -651,6 +651,11 @@ impl SharedSessions {
         self.run::<()>(redis::pipe().set(self.task_key(id), value).arg("PX").arg(ms).ignore()).await
     }
 
+    /// Forgets a task route everywhere (its owner may no longer use it).
+    pub async fn forget_task(&self, id: &str) -> Result<(), Unreachable> {
+        self.run::<()>(redis::pipe().del(self.task_key(id)).ignore()).await
+    }
+
     /// A task route another replica stored.
     pub async fn fetch_task(&self, id: &str) -> Result<Option<String>, Unreachable> {
         self.run(redis::pipe().get(self.task_key(id))).await.map(one)

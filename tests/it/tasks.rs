@@ -168,3 +168,36 @@ async fn a_session_less_callers_task_is_its_principals() {
     let status = serde_json::to_value(app.gateway.status()).unwrap();
     assert_eq!(status["tasks"]["relayed"], 1, "{status}");
 }
+
+/// Rights are checked on every use of a task, not once: a reload that denies alice the tool her
+/// task came from makes the task unknown to her (as to anyone), and cancels it at the backend.
+#[tokio::test]
+async fn a_revoked_callers_task_is_cancelled() {
+    let kit = http_backend("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}[[backends]]\nname = \"kit\"\nurl = \"{}\"\n",
+        bearer_auth(&["alice", "bob"]),
+        kit.url
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let alice = session(&app, "alice").await;
+    let long = match alice.peer().call_tool_once(job("passthrough", 60_000, "long")).await.unwrap() {
+        CallToolResponse::Task(t) => t.task.task_id,
+        other => panic!("expected a task, got {other:?}"),
+    };
+    assert_eq!(get(&alice, &long).await.unwrap().task.status(), TaskStatus::Working);
+    let cancelled = || async { text(&call(&alice, "kit_cancelled_calls", json!({})).await) };
+    assert_eq!(cancelled().await, "0");
+
+    let deny = "[[policy]]\nprincipals = [\"alice\"]\nbackends = [\"kit\"]\ntools = [\"job\"]\neffect = \"deny\"\n";
+    app.reload(toolmux::config::Config::parse(&(toml.clone() + deny)).unwrap()).await;
+    assert!(is_unknown_task(get(&alice, &long).await.unwrap_err()), "a revoked caller's task is unknown");
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || async { cancelled().await == "1" }).await,
+        "the revoked caller's task was cancelled at the backend"
+    );
+    // Given the right back, the task stays forgotten: it was cancelled, not hidden.
+    app.reload(toolmux::config::Config::parse(&toml).unwrap()).await;
+    assert!(is_unknown_task(get(&alice, &long).await.unwrap_err()));
+    alice.cancel().await.unwrap();
+}

@@ -16,7 +16,8 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use super::{GatewayHandler, session_key, wire_error};
 use crate::mcp::meta;
-use crate::mcp::tasks::{MAX_LIVE_PER_OWNER, Owner, Route};
+use crate::mcp::tasks::{MAX_LIVE_PER_PRINCIPAL, Owner, Route};
+use crate::session::Access;
 use crate::upstream::{Backend, CallError, Link};
 
 /// How often a task is polled for a client that cannot follow it, within the backend's hint.
@@ -26,41 +27,82 @@ const POLL_CEILING: Duration = Duration::from_secs(2);
 impl GatewayHandler {
     /// Who may use a task created by this request.
     fn task_owner(&self, ctx: &RequestContext<RoleServer>) -> Owner {
-        Owner { principal: self.caller(ctx).principal, session: session_key(ctx).map(|k| k.0.to_string()) }
+        Owner::new(&self.caller(ctx).principal, session_key(ctx).map(|k| &*k.0))
     }
 
-    /// Hands the client the task `backend` created for its call, under an id of the gateway's;
-    /// with a shared session store, other replicas learn the route before the client does.
+    /// Hands the client the task `backend` created for its call of `tool` (the backend's name
+    /// for it), under an id of the gateway's; with a shared session store, other replicas learn
+    /// the route before the client does.
     pub(super) async fn task_created(
         &self,
         backend: &Arc<Backend>,
         link: &Link,
+        tool: &str,
         mut created: CreateTaskResult,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let upstream = created.task.task_id.clone();
-        let route = Route::new(backend.name(), &upstream, self.task_owner(ctx), created.task.ttl_ms);
-        let Ok(id) = self.gw.tasks.insert(route.clone()) else {
+        let mut route = Route::new(backend.name(), &upstream, self.task_owner(ctx), created.task.ttl_ms);
+        route.tool = tool.to_string();
+        route.instance = Some(backend.instance);
+        let Ok((id, pushed)) = self.gw.tasks.insert(route.clone()) else {
             // The backend took it on already: it must not run for nobody.
             let _ = backend.cancel_task(link, CancelTaskParams::new(upstream), &ctx.ct).await;
             return Ok(meta::error_result(format!(
-                "you already have {MAX_LIVE_PER_OWNER} tasks running; wait for one to finish (tasks/get), or cancel one (tasks/cancel), then call the tool again"
+                "you already have {MAX_LIVE_PER_PRINCIPAL} tasks running; wait for one to finish (tasks/get), or cancel one (tasks/cancel), then call the tool again"
             ))
             .into());
         };
-        if let Some(store) = self.gw.shared_sessions() {
-            let value = serde_json::to_string(&route).expect("a task route serialises");
-            if let Err(e) = store.put_task(&id, &value, route.remaining()).await {
-                tracing::warn!(error = %e.0, "a task's route could not be shared: only this replica can answer for it");
-            }
-        }
+        self.cancel_pushed(pushed);
+        self.share_route(&id, &route).await;
         created.task.task_id = id;
         Ok(CallToolResponse::Task(created))
     }
 
+    /// Writes a route to the shared store, for as long as it is remembered.
+    async fn share_route(&self, id: &str, route: &Route) {
+        if let Some(store) = self.gw.shared_sessions() {
+            let value = serde_json::to_string(route).expect("a task route serialises");
+            if let Err(e) = store.put_task(id, &value, route.remaining()).await {
+                tracing::warn!(error = %e.0, "a task's route could not be shared: only this replica can answer for it");
+            }
+        }
+    }
+
+    /// Cancels, at their backends, tasks whose routes were pushed out of the table before they
+    /// finished: nobody could follow them any more. Reached on the connection the task lives
+    /// on where the gateway holds it: the shared one, or a session-less principal's own; a
+    /// session's own backend session ends with that session, and its tasks with it.
+    fn cancel_pushed(&self, pushed: Vec<Route>) {
+        for route in pushed {
+            let Some(backend) = self.gw.upstream.get(&route.backend) else { continue };
+            let gw = self.gw.clone();
+            tokio::spawn(async move {
+                let link = match (backend.per_client(), &route.owner.session) {
+                    (false, _) => backend.shared_link(),
+                    (true, None) => gw.sessionless.link(&route.owner.principal, None, &backend).await,
+                    (true, Some(_)) => return,
+                };
+                let ct = tokio_util::sync::CancellationToken::new();
+                let cancelled = match link {
+                    Ok(link) => backend.cancel_task(&link, CancelTaskParams::new(route.upstream), &ct).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = cancelled {
+                    tracing::debug!(backend = backend.name(), error = %e, "a task pushed out of the route table could not be cancelled");
+                }
+            });
+        }
+    }
+
     /// The route of task `id` for this request's caller, from this replica or the shared store;
-    /// the same error for a task that does not exist and one that is someone else's.
-    async fn task_route(&self, id: &str, ctx: &RequestContext<RoleServer>) -> Result<(Route, Arc<Backend>), ErrorData> {
+    /// the same error for a task that does not exist, one that is someone else's, and one whose
+    /// tool the caller may no longer use (that task is cancelled at the backend and forgotten).
+    async fn task_route(
+        &self,
+        id: &str,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<(Route, Arc<Backend>, Link), ErrorData> {
         let owner = self.task_owner(ctx);
         let unknown = || ErrorData::invalid_params(format!("unknown task: {id}"), None);
         let route = match self.gw.tasks.get(id, &owner) {
@@ -74,12 +116,43 @@ impl GatewayHandler {
                 let Some(route) = stored.and_then(|v| serde_json::from_str::<Route>(&v).ok()) else {
                     return Err(unknown());
                 };
-                self.gw.tasks.adopt(id, route);
+                let pushed = self.gw.tasks.adopt(id, route);
+                self.cancel_pushed(pushed);
                 self.gw.tasks.get(id, &owner).ok_or_else(unknown)?
             }
         };
         let backend = self.gw.upstream.get(&route.backend).ok_or_else(unknown)?;
-        Ok((route, backend))
+        // A backend a reload replaced runs none of the old one's tasks.
+        if route.instance.is_some_and(|i| i != backend.instance) {
+            self.gw.tasks.forget(id);
+            return Err(unknown());
+        }
+        let link = self.link(&backend, ctx).await.map_err(wire_error)?;
+        if !self.may_use(&self.caller(ctx), &route) {
+            tracing::info!(
+                backend = backend.name(),
+                tool = route.tool,
+                "a task's owner may no longer use its tool: the task is cancelled"
+            );
+            self.gw.tasks.forget(id);
+            if let Some(store) = self.gw.shared_sessions() {
+                let _ = store.forget_task(id).await;
+            }
+            let _ = backend.cancel_task(&link, CancelTaskParams::new(route.upstream), &ctx.ct).await;
+            return Err(unknown());
+        }
+        Ok((route, backend, link))
+    }
+
+    /// Whether `caller` may use the tool `route`'s task came from, under the policy in force
+    /// now. (Health is not asked: a task outlives a backend's brief outage.)
+    fn may_use(&self, caller: &crate::session::Caller, route: &Route) -> bool {
+        let policy = self.gw.policy();
+        match policy.backend(caller, &route.backend) {
+            Access::All => true,
+            Access::Some => policy.allows(caller, &route.backend, &route.tool),
+            Access::Nothing => false,
+        }
     }
 
     pub(super) async fn relay_get_task(
@@ -88,11 +161,14 @@ impl GatewayHandler {
         ctx: &RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         let id = params.task_id.clone();
-        let (route, backend) = self.task_route(&id, ctx).await?;
-        let link = self.link(&backend).await.map_err(wire_error)?;
+        let (route, backend, link) = self.task_route(&id, ctx).await?;
         let mut got = backend.get_task(&link, GetTaskParams::new(route.upstream), &ctx.ct).await.map_err(wire_error)?;
-        if got.task.status().is_terminal() {
-            self.gw.tasks.finished(&id);
+        if got.task.status().is_terminal()
+            && !route.finished
+            && let Some(finished) = self.gw.tasks.finished(&id)
+        {
+            // Other replicas forget it as soon as this one does.
+            self.share_route(&id, &finished).await;
         }
         got.task.task.task_id = id;
         Ok(got)
@@ -103,8 +179,7 @@ impl GatewayHandler {
         params: UpdateTaskParams,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let (route, backend) = self.task_route(&params.task_id, ctx).await?;
-        let link = self.link(&backend).await.map_err(wire_error)?;
+        let (route, backend, link) = self.task_route(&params.task_id, ctx).await?;
         let forwarded = UpdateTaskParams::new(route.upstream, params.input_responses);
         backend.update_task(&link, forwarded, &ctx.ct).await.map_err(wire_error)
     }
@@ -114,8 +189,7 @@ impl GatewayHandler {
         params: CancelTaskParams,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let (route, backend) = self.task_route(&params.task_id, ctx).await?;
-        let link = self.link(&backend).await.map_err(wire_error)?;
+        let (route, backend, link) = self.task_route(&params.task_id, ctx).await?;
         backend.cancel_task(&link, CancelTaskParams::new(route.upstream), &ctx.ct).await.map_err(wire_error)
     }
 }
