@@ -133,8 +133,9 @@ fn main() {
         // Learning active: every tool (up to the store's bound) has a learned vector.
         let dense = generation.dense.as_ref().expect("vectors");
         for (slot, t) in generation.catalog.tools().iter().enumerate().take(toolmux::store::learned::MAX_TOOLS) {
-            for _ in 0..2 {
-                learned.record(dense.vector(slot as u32), &t.key);
+            // Two principals each: enough for a learned vector to count.
+            for principal in ["a", "b"] {
+                learned.record(dense.vector(slot as u32), &t.key, principal);
             }
         }
         assert!(learned.active());

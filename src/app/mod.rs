@@ -120,7 +120,7 @@ impl App {
         // What find_tool learns from use: in optimizer mode, where there is a find_tool.
         if let (Some(dim), Mode::Optimizer) = (dim, config.server.mode) {
             let opt = &config.optimizer;
-            let learned = Arc::new(Learned::open(opt.learning, dim, opt.learning_file.clone())?);
+            let learned = Arc::new(Learned::open(opt.learning, dim, opt.learning_file.clone()));
             store.set_learned(learned.clone());
             if opt.learning_file.is_some() {
                 tasks.spawn(keep_learned(learned, ct.clone()));
@@ -264,6 +264,8 @@ impl App {
             );
         }
         self.ct.cancel();
+        // Session-less principals' backend sessions close with the gateway, like sessions'.
+        self.gateway.sessionless.clear();
         self.tasks.close();
         if tokio::time::timeout(DRAIN, self.tasks.wait()).await.is_err() {
             tracing::warn!("some tasks did not stop within {DRAIN:?}");

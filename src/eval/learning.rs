@@ -68,9 +68,11 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
             let mut ranked = vec![Vec::new(); raw.len()];
             for fold in 0..FOLDS {
                 let learned = Learned::new(true, embedder.dim(), None).tuned(weight, min_labels);
-                for (_, q) in queries.iter().enumerate().filter(|(i, _)| i % FOLDS != fold) {
+                // Each query stands for a caller of its own.
+                for (i, q) in queries.iter().enumerate().filter(|(i, _)| i % FOLDS != fold) {
                     for g in &q.gold {
-                        learned.record(&q.vector, &ToolKey { backend: "eval".into(), tool: g.as_str().into() });
+                        let tool = ToolKey { backend: "eval".into(), tool: g.as_str().into() };
+                        learned.record(&q.vector, &tool, &i.to_string());
                     }
                 }
                 for (i, q) in raw.iter().enumerate().filter(|(i, _)| i % FOLDS == fold) {

@@ -1,22 +1,31 @@
 //! What find_tool learns from use. A call that follows a find_tool in the same session, of a
-//! tool that find_tool returned, is a label: that request found that tool. Each label moves the
-//! tool's learned vector (the mean of the request vectors that led to it) and, once a tool has
-//! [`MIN_LABELS`] of them and the whole store [`MIN_TOTAL`], fused search adds
+//! tool that find_tool returned, and that completes without `isError`, is a label: that request
+//! found that tool. Each label moves the tool's learned vector (the mean of the request vectors
+//! that led to it) and, once a tool has labels from [`MIN_PRINCIPALS`] principals and the whole
+//! store [`MIN_TOTAL`] labels, fused search adds
 //! `weight * confidence * cos(request, learned vector)` to the tool's score (see
-//! docs/search.md for how the weight was chosen).
+//! docs/search.md for how the weight was chosen), where the confidence grows with the number
+//! of distinct principals, not of labels.
 //!
-//! Caller-free: a label is a request vector and a tool key, never the request's text or who
-//! asked. It only re-ranks tools a search already found in the caller's scope, so it cannot show
-//! a caller a tool outside it. Bounded: [`MAX_TOOLS`] tools, each one vector whose weight stops
-//! growing at [`MAX_WEIGHT`] labels (older labels fade), and the gateway takes at most
-//! [`PER_SESSION`] labels from one session, one per tool.
+//! What one principal can do to another's ranking is bounded: it gives at most
+//! [`PER_PRINCIPAL`] labels to a tool, however many sessions it opens, and a tool it alone
+//! labelled never counts. Principals are kept only as a keyed hash, to tell them apart; never
+//! the request's text. A learned vector only re-ranks tools a search already found in the
+//! caller's scope, so it cannot show a caller a tool outside it.
+//!
+//! Bounded: [`MAX_TOOLS`] tools (past it the least recently confirmed tool leaves), each one
+//! vector whose weight stops growing at [`MAX_WEIGHT`] labels (older labels fade), and the
+//! gateway takes at most [`PER_SESSION`] labels from one session, one per tool.
+//!
+//! The file (`[optimizer] learning_file`) is a hint, never a reason not to start: one that
+//! cannot be read or holds a vector that is not finite is logged, set aside beside itself and
+//! started afresh.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::ToolKey;
@@ -24,10 +33,16 @@ use crate::catalog::ToolKey;
 /// Labels a tool needs before its learned vector counts: two, so that no one session (which
 /// gives at most one label per tool) can make a tool's learned vector count alone.
 pub const MIN_LABELS: u32 = 2;
+/// Principals whose labels a tool needs before its learned vector counts.
+pub const MIN_PRINCIPALS: usize = 2;
+/// Labels one principal may give one tool, over all its sessions.
+pub const PER_PRINCIPAL: u32 = 4;
 /// Labels the store needs before any learned vector counts ("off until it has enough data").
 pub const MIN_TOTAL: u64 = 20;
 /// Tools with a learned vector, at most; labels for others are not kept.
 pub const MAX_TOOLS: usize = 4096;
+/// Principals remembered per tool (the most recent); one forgotten may label it again.
+const MAX_CONTRIBUTORS: usize = 64;
 /// A learned vector is the mean of at most this many labels' worth: later labels replace a
 /// share of the older ones rather than adding weight.
 pub const MAX_WEIGHT: u32 = 64;
@@ -44,6 +59,19 @@ struct Entry {
     #[serde(with = "hex_f32")]
     sum: Vec<f32>,
     count: u32,
+    /// Who gave its labels (a keyed hash of the principal) and how many, most recent last.
+    #[serde(default)]
+    by: Vec<(u64, u32)>,
+    /// When a label last confirmed it (seconds since the Unix epoch): the least recent leaves
+    /// first when the store is full.
+    #[serde(default)]
+    confirmed: u64,
+}
+
+impl Entry {
+    fn is_finite(&self) -> bool {
+        self.sum.iter().all(|x| x.is_finite())
+    }
 }
 
 /// The learned vectors, and how they are kept.
@@ -59,12 +87,17 @@ pub struct Learned {
     /// [`WEIGHT`] and [`MIN_LABELS`], unless an evaluation tries others.
     weight: f32,
     min_labels: u32,
+    /// The key principals are hashed under: random per process, kept in the file so a restart
+    /// still tells the same principals apart.
+    salt: RwLock<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
 struct File {
     dim: usize,
     total: u64,
+    #[serde(default)]
+    salt: u64,
     tools: Vec<(String, String, Entry)>,
 }
 
@@ -98,6 +131,7 @@ impl Learned {
             enabled,
             weight: WEIGHT,
             min_labels: MIN_LABELS,
+            salt: RwLock::new(rand::random()),
         }
     }
 
@@ -108,20 +142,35 @@ impl Learned {
         self
     }
 
-    /// Reads what an earlier run learned from `path` (a missing file is a fresh start; vectors
-    /// of another dimension, from another model, are dropped).
-    pub fn open(enabled: bool, dim: usize, path: Option<PathBuf>) -> anyhow::Result<Self> {
+    /// Reads what an earlier run learned from `path`. A missing file is a fresh start; vectors
+    /// of another dimension, from another model, are dropped; a file that cannot be read or
+    /// parsed, or holds a vector that is not finite, is logged, moved aside (`<file>.bad-<time>`)
+    /// and started afresh: ranking hints never stop the gateway.
+    pub fn open(enabled: bool, dim: usize, path: Option<PathBuf>) -> Self {
         let me = Self::new(enabled, dim, path);
-        let Some(p) = &me.path else { return Ok(me) };
-        let file: File = match std::fs::read(p) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .with_context(|| format!("optimizer.learning_file: {} is not a learned-ranking file", p.display()))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(me),
-            Err(e) => return Err(e).with_context(|| format!("optimizer.learning_file: reading {}", p.display())),
+        let Some(p) = &me.path else { return me };
+        let file = match std::fs::read(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return me,
+            Err(e) => Err(format!("it cannot be read: {e}")),
+            Ok(bytes) => match serde_json::from_slice::<File>(&bytes) {
+                Err(e) => Err(format!("it is not a learned-ranking file: {e}")),
+                Ok(f) if f.tools.iter().any(|(_, _, e)| !e.is_finite()) => {
+                    Err("it holds a vector that is not finite".into())
+                }
+                Ok(f) => Ok(f),
+            },
+        };
+        let file = match file {
+            Ok(f) => f,
+            Err(why) => {
+                let aside = set_aside(p);
+                tracing::warn!(file = %p.display(), aside = ?aside, why, "optimizer.learning_file set aside: find_tool learns afresh");
+                return me;
+            }
         };
         if file.dim != dim {
             tracing::warn!(file = file.dim, model = dim, "learned ranking from another model: starting afresh");
-            return Ok(me);
+            return me;
         }
         let mut tools = me.tools.write().expect("learned lock");
         for (backend, tool, entry) in file.tools.into_iter().take(MAX_TOOLS) {
@@ -130,8 +179,11 @@ impl Learned {
             }
         }
         drop(tools);
+        if file.salt != 0 {
+            *me.salt.write().expect("learned lock") = file.salt;
+        }
         me.total.store(file.total, Ordering::Relaxed);
-        Ok(me)
+        me
     }
 
     pub fn is_enabled(&self) -> bool {
@@ -152,16 +204,56 @@ impl Learned {
         self.enabled && self.total() >= MIN_TOTAL
     }
 
-    /// One label: `vector` (a unit request vector) found `tool`.
-    pub fn record(&self, vector: &[f32], tool: &ToolKey) {
-        if !self.enabled || vector.len() != self.dim {
+    /// The keyed hash a principal is known by here.
+    fn who(&self, principal: &str) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let salt = *self.salt.read().expect("learned lock");
+        let mut h =
+            std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().build_hasher();
+        h.write_u64(salt);
+        h.write(principal.as_bytes());
+        h.finish()
+    }
+
+    /// One label from `principal`: `vector` (a unit request vector) found `tool`. Not kept past
+    /// the principal's [`PER_PRINCIPAL`] labels for the tool, nor when not finite.
+    pub fn record(&self, vector: &[f32], tool: &ToolKey, principal: &str) {
+        if !self.enabled || vector.len() != self.dim || !vector.iter().all(|x| x.is_finite()) {
             return;
         }
+        let who = self.who(principal);
         let mut tools = self.tools.write().expect("learned lock");
         if !tools.contains_key(tool) && tools.len() >= MAX_TOOLS {
+            // The least recently confirmed tool makes room.
+            let stale = tools.iter().min_by_key(|(_, e)| e.confirmed).map(|(k, _)| k.clone());
+            if let Some(stale) = stale {
+                tools.remove(&stale);
+            }
+        }
+        let entry = tools.entry(tool.clone()).or_insert_with(|| Entry {
+            sum: vec![0.0; self.dim],
+            count: 0,
+            by: Vec::new(),
+            confirmed: 0,
+        });
+        let given = match entry.by.iter().position(|(w, _)| *w == who) {
+            Some(i) => {
+                let mine = entry.by.remove(i);
+                entry.by.push(mine);
+                &mut entry.by.last_mut().expect("just pushed").1
+            }
+            None => {
+                if entry.by.len() >= MAX_CONTRIBUTORS {
+                    entry.by.remove(0);
+                }
+                entry.by.push((who, 0));
+                &mut entry.by.last_mut().expect("just pushed").1
+            }
+        };
+        if *given >= PER_PRINCIPAL {
             return;
         }
-        let entry = tools.entry(tool.clone()).or_insert_with(|| Entry { sum: vec![0.0; self.dim], count: 0 });
+        *given += 1;
         if entry.count >= MAX_WEIGHT {
             let keep = (MAX_WEIGHT - 1) as f32 / MAX_WEIGHT as f32;
             entry.sum.iter_mut().for_each(|x| *x *= keep);
@@ -169,6 +261,7 @@ impl Learned {
             entry.count += 1;
         }
         entry.sum.iter_mut().zip(vector).for_each(|(s, v)| *s += v);
+        entry.confirmed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         self.total.fetch_add(1, Ordering::Relaxed);
         self.dirty.store(true, Ordering::Relaxed);
     }
@@ -176,13 +269,17 @@ impl Learned {
     /// The bonus for `tool` given the request's unit vector: 0 until it counts.
     pub fn bonus(&self, vector: &[f32], tool: &ToolKey) -> f32 {
         let tools = self.tools.read().expect("learned lock");
-        let Some(e) = tools.get(tool).filter(|e| e.count >= self.min_labels) else { return 0.0 };
+        let Some(e) = tools.get(tool).filter(|e| e.count >= self.min_labels && e.by.len() >= MIN_PRINCIPALS) else {
+            return 0.0;
+        };
         let norm = e.sum.iter().map(|x| x * x).sum::<f32>().sqrt();
         if norm == 0.0 {
             return 0.0;
         }
         let cos = e.sum.iter().zip(vector).map(|(a, b)| a * b).sum::<f32>() / norm;
-        let confidence = e.count as f32 / (e.count + self.min_labels) as f32;
+        // Confidence in principals, not labels: many sessions of one caller add nothing.
+        let principals = e.by.len().min(e.count as usize) as f32;
+        let confidence = principals / (principals + self.min_labels as f32);
         self.weight * confidence * cos
     }
 
@@ -197,11 +294,21 @@ impl Learned {
             File {
                 dim: self.dim,
                 total: self.total(),
+                salt: *self.salt.read().expect("learned lock"),
                 tools: tools.iter().map(|(k, e)| (k.backend.to_string(), k.tool.to_string(), e.clone())).collect(),
             }
         };
         super::write_whole(path, &serde_json::to_vec(&file)?)
     }
+}
+
+/// Moves an unusable file out of the way, keeping it for a look; where it went, if it could.
+fn set_aside(path: &std::path::Path) -> Option<PathBuf> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(format!(".bad-{secs}"));
+    let aside = PathBuf::from(aside);
+    std::fs::rename(path, &aside).ok().map(|_| aside)
 }
 
 #[cfg(test)]
@@ -218,18 +325,19 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_counts_once_it_has_labels_and_the_store_enough() {
+    fn a_tool_counts_once_two_principals_labelled_it_and_the_store_has_enough() {
         let l = Learned::new(true, 2, None);
         let q = unit(&[1.0, 0.0]);
-        for _ in 0..MIN_LABELS - 1 {
-            l.record(&q, &key("a"));
+        for _ in 0..10 {
+            l.record(&q, &key("a"), "alice");
         }
-        assert_eq!(l.bonus(&q, &key("a")), 0.0, "too few labels");
-        l.record(&q, &key("a"));
+        assert_eq!(l.total(), u64::from(PER_PRINCIPAL), "one principal gives a tool at most {PER_PRINCIPAL} labels");
+        assert_eq!(l.bonus(&q, &key("a")), 0.0, "one principal alone never makes a tool count");
+        l.record(&q, &key("a"), "bob");
         assert!(l.bonus(&q, &key("a")) > 0.0);
         assert!(!l.active(), "the store has too few labels");
-        for _ in 0..MIN_TOTAL {
-            l.record(&unit(&[0.0, 1.0]), &key("b"));
+        for p in 0..MIN_TOTAL {
+            l.record(&unit(&[0.0, 1.0]), &key("b"), &format!("p{p}"));
         }
         assert!(l.active());
         // Closer requests get more.
@@ -238,34 +346,97 @@ mod tests {
     }
 
     #[test]
+    fn one_principals_share_of_a_tool_is_bounded() {
+        let l = Learned::new(true, 2, None);
+        for p in 0..8 {
+            l.record(&unit(&[1.0, 0.0]), &key("a"), &format!("p{p}"));
+        }
+        // Mallory pulls as hard as she can the other way: her labels stop at PER_PRINCIPAL.
+        for _ in 0..1000 {
+            l.record(&unit(&[0.0, 1.0]), &key("a"), "mallory");
+        }
+        assert!(l.bonus(&unit(&[1.0, 0.0]), &key("a")) > l.bonus(&unit(&[0.0, 1.0]), &key("a")));
+    }
+
+    #[test]
     fn one_tools_weight_stops_growing() {
         let l = Learned::new(true, 2, None);
-        for _ in 0..10 * MAX_WEIGHT {
-            l.record(&unit(&[1.0, 0.0]), &key("a"));
+        for p in 0..10 * MAX_WEIGHT {
+            l.record(&unit(&[1.0, 0.0]), &key("a"), &format!("p{p}"));
         }
         // As many labels again, elsewhere, turn it most of the way.
-        for _ in 0..MAX_WEIGHT {
-            l.record(&unit(&[0.0, 1.0]), &key("a"));
+        for p in 0..MAX_WEIGHT {
+            l.record(&unit(&[0.0, 1.0]), &key("a"), &format!("q{p}"));
         }
         assert!(l.bonus(&unit(&[0.0, 1.0]), &key("a")) > l.bonus(&unit(&[1.0, 0.0]), &key("a")));
     }
 
     #[test]
+    fn a_full_store_lets_the_least_recently_confirmed_tool_go() {
+        let l = Learned::new(true, 2, None);
+        for t in 0..MAX_TOOLS {
+            l.record(&unit(&[1.0, 0.0]), &key(&t.to_string()), "alice");
+        }
+        l.tools.write().unwrap().get_mut(&key("0")).unwrap().confirmed = 0;
+        l.record(&unit(&[1.0, 0.0]), &key("new"), "alice");
+        let tools = l.tools.read().unwrap();
+        assert_eq!(tools.len(), MAX_TOOLS);
+        assert!(tools.contains_key(&key("new")) && !tools.contains_key(&key("0")));
+    }
+
+    #[test]
+    fn vectors_that_are_not_finite_are_never_kept() {
+        let l = Learned::new(true, 2, None);
+        l.record(&[f32::NAN, 0.0], &key("a"), "alice");
+        l.record(&[f32::INFINITY, 0.0], &key("a"), "bob");
+        assert_eq!(l.total(), 0);
+    }
+
+    #[test]
     fn disabled_learns_nothing_and_the_file_round_trips() {
         let off = Learned::new(false, 2, None);
-        off.record(&[1.0, 0.0], &key("a"));
+        off.record(&[1.0, 0.0], &key("a"), "alice");
         assert_eq!(off.total(), 0);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("learned.json");
         let l = Learned::new(true, 2, Some(path.clone()));
-        for _ in 0..5 {
-            l.record(&unit(&[1.0, 2.0]), &key("a"));
+        for p in 0..5 {
+            l.record(&unit(&[1.0, 2.0]), &key("a"), &format!("p{p}"));
         }
+        l.record(&unit(&[1.0, 2.0]), &key("b"), "alice");
         l.save().unwrap();
-        let back = Learned::open(true, 2, Some(path.clone())).unwrap();
-        assert_eq!(back.total(), 5);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        let back = Learned::open(true, 2, Some(path.clone()));
+        assert_eq!(back.total(), 6);
         assert!((back.bonus(&unit(&[1.0, 2.0]), &key("a")) - l.bonus(&unit(&[1.0, 2.0]), &key("a"))).abs() < 1e-6);
+        // The same principals are told apart after a restart: alice's second label of b counts
+        // as hers.
+        back.record(&unit(&[1.0, 2.0]), &key("b"), "alice");
+        assert_eq!(back.bonus(&unit(&[1.0, 2.0]), &key("b")), 0.0, "still one principal");
         // Another model's vectors are not used.
-        assert_eq!(Learned::open(true, 3, Some(path)).unwrap().total(), 0);
+        assert_eq!(Learned::open(true, 3, Some(path)).total(), 0);
+    }
+
+    #[test]
+    fn an_unusable_file_is_set_aside_and_learning_starts_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("learned.json");
+        std::fs::write(&path, b"{ not json").unwrap();
+        let l = Learned::open(true, 2, Some(path.clone()));
+        assert_eq!(l.total(), 0);
+        assert!(!path.exists(), "moved aside");
+        let aside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(aside.iter().any(|n| n.to_string_lossy().starts_with("learned.json.bad-")), "{aside:?}");
+        // A file whose vector is not finite is as unusable.
+        let nan =
+            f32::NAN.to_le_bytes().iter().chain(&0f32.to_le_bytes()).map(|b| format!("{b:02x}")).collect::<String>();
+        let file = format!(r#"{{"dim":2,"total":1,"tools":[["b","a",{{"sum":"{nan}","count":1}}]]}}"#);
+        std::fs::write(&path, file).unwrap();
+        assert_eq!(Learned::open(true, 2, Some(path.clone())).total(), 0);
+        assert!(!path.exists());
     }
 }

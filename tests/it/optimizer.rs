@@ -185,10 +185,28 @@ fn compact_tools_weigh_less_on_real_catalogs() {
     }
 }
 
+/// Arguments that satisfy `schema`'s required properties, by type.
+fn minimal_arguments(schema: &Value) -> Value {
+    let mut args = serde_json::Map::new();
+    for name in schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        let value = match schema["properties"][name]["type"].as_str() {
+            Some("integer" | "number") => json!(1),
+            Some("boolean") => json!(true),
+            Some("array") => json!([]),
+            Some("object") => json!({}),
+            _ => json!("x"),
+        };
+        args.insert(name.to_string(), value);
+    }
+    Value::Object(args)
+}
+
 /// Calls that follow a find_tool teach the ranking (real model): a tool find_tool ranked third
-/// for a request rises to first once 20 sessions each found it with that request and called
-/// it. One session calling it 20 times teaches nothing (one label per tool per session), and a
-/// caller whose policy excludes the tool never gets it, learned or not.
+/// for a request rises to first once 20 principals each found it with that request and called
+/// it successfully. One principal teaches a tool at most a few labels however many sessions it
+/// opens (and one session one), so it cannot move the ranking for everyone; a call that ends in
+/// a tool error teaches nothing; and a caller whose policy excludes the tool never gets it,
+/// learned or not.
 #[tokio::test]
 async fn find_tool_learns_from_calls_that_follow_it() {
     let mut servers = Vec::new();
@@ -196,7 +214,10 @@ async fn find_tool_learns_from_calls_that_follow_it() {
         "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\nmax_sessions = 100\n\
          [[policy]]\nprincipals = [\"*\"]\nbackends = [\"*\"]\n",
     );
-    toml += &bearer_tokens(&["alice", "bob"]);
+    let teachers: Vec<String> = (0..20).map(|i| format!("teacher{i}")).collect();
+    let mut tokens = vec!["alice", "bob", "eve"];
+    tokens.extend(teachers.iter().map(String::as_str));
+    toml += &bearer_tokens(&tokens);
     for name in ["github", "jira", "monitoring"] {
         let served = http_backend(name).await;
         toml += &http_backend_toml(name, &served.url);
@@ -208,40 +229,60 @@ async fn find_tool_learns_from_calls_that_follow_it() {
     let (first, _) = client_with_auth(&app, Some("alice")).await;
     let before = ranked(call(&first, "find_tool", request.clone()).await);
     let target = before[2].clone();
-    println!("before: {before:?}; teaching {target}");
-    let teach = |c: Client| {
+    let described =
+        call(&first, "find_tool", json!({"tool_description": request["tool_description"], "describe": true})).await;
+    let schema = described.structured_content.as_ref().unwrap()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == target.as_str())
+        .map(|t| t["inputSchema"].clone())
+        .expect("the target's whole definition");
+    let good = minimal_arguments(&schema);
+    println!("before: {before:?}; teaching {target} with {good}");
+    let teach = |c: Client, parameters: Value| {
         let target = target.clone();
         let request = request.clone();
         async move {
             call(&c, "find_tool", request).await;
-            // Arguments may be wrong: the label is the choice of tool, not the call's outcome.
-            let _ = c
-                .call_tool(
-                    rmcp::model::CallToolRequestParams::new("call_tool")
-                        .with_arguments(json!({"tool_name": target, "parameters": {}}).as_object().unwrap().clone()),
-                )
-                .await;
-            c
+            let r = call(&c, "call_tool", json!({"tool_name": target, "parameters": parameters})).await;
+            (c, r)
         }
     };
+    let labels = || serde_json::to_value(app.gateway.status()).unwrap()["learning"]["labels"].as_u64().unwrap();
     // One session, twenty times: one label.
     let mut c = first;
     for _ in 0..20 {
-        c = teach(c).await;
+        let (back, r) = teach(c, good.clone()).await;
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+        c = back;
     }
-    assert_eq!(ranked(call(&c, "find_tool", request.clone()).await), before, "one session cannot move the ranking");
-    let status = serde_json::to_value(app.gateway.status()).unwrap();
-    assert_eq!(status["learning"]["labels"], 1, "{}", status["learning"]);
-    // Twenty sessions: the tool rises.
+    assert_eq!(labels(), 1);
+    // Twenty sessions of one principal: a few labels, and the ranking does not move.
     for _ in 0..20 {
-        let (c, _) = client_with_auth(&app, Some("alice")).await;
-        teach(c).await.cancel().await.unwrap();
+        let (s, _) = client_with_auth(&app, Some("alice")).await;
+        teach(s, good.clone()).await.0.cancel().await.unwrap();
+    }
+    assert_eq!(labels(), u64::from(toolmux::store::learned::PER_PRINCIPAL), "one principal's labels are bounded");
+    assert_eq!(ranked(call(&c, "find_tool", request.clone()).await), before, "one principal cannot move the ranking");
+    // A call that ends in a tool error teaches nothing.
+    let (s, _) = client_with_auth(&app, Some("eve")).await;
+    let (s, r) = teach(s, json!({})).await;
+    if schema["required"].as_array().is_some_and(|r| !r.is_empty()) {
+        assert_eq!(r.is_error, Some(true), "missing required arguments: {r:?}");
+        assert_eq!(labels(), u64::from(toolmux::store::learned::PER_PRINCIPAL), "a failed call is no label");
+    }
+    s.cancel().await.unwrap();
+    // Twenty principals: the tool rises.
+    for t in &teachers {
+        let (s, _) = client_with_auth(&app, Some(t)).await;
+        teach(s, good.clone()).await.0.cancel().await.unwrap();
     }
     let status = serde_json::to_value(app.gateway.status()).unwrap();
     assert_eq!(status["learning"]["active"], true, "{}", status["learning"]);
     let after = ranked(call(&c, "find_tool", request.clone()).await);
     println!("after: {after:?}");
-    assert_eq!(after[0], target, "the tool the sessions chose comes first");
+    assert_eq!(after[0], target, "the tool twenty principals chose comes first");
 
     // Learned or not, a tool outside a caller's scope is never offered.
     let (backend, tool) = target.split_once('_').unwrap();

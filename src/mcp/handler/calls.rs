@@ -61,12 +61,14 @@ impl GatewayHandler {
         let Some(backend) = self.gw.upstream.get(&tool.key.backend) else {
             return Ok(meta::error_result(format!("tool not found: {name}")).into());
         };
-        // The call follows a find_tool that found this tool: the request found it (a label).
-        if let (Some(session), Some(learned)) = (self.session.get(), self.gw.store.learned())
-            && let Some(vector) = session.usage.label_for(&tool.key)
-        {
-            learned.record(&vector, &tool.key);
-        }
+        // The call follows a find_tool that found this tool: if it completes without an error,
+        // the request found it (a label, recorded below).
+        let label = match (self.session.get(), self.gw.store.learned()) {
+            (Some(session), Some(learned)) => {
+                session.usage.label_for(&tool.key).map(|v| (learned, v, tool.key.clone(), caller.principal.clone()))
+            }
+            _ => None,
+        };
         if let Err(retry) = self.gw.health.call_gate(backend.name()) {
             self.gw.metrics.tool_call(backend.name(), "breaker_open", std::time::Duration::ZERO);
             return Ok(meta::error_result(format!(
@@ -92,7 +94,7 @@ impl GatewayHandler {
                 .into());
             }
         };
-        let link = match self.link(&backend).await {
+        let link = match self.link(&backend, ctx).await {
             Ok(l) => l,
             Err(e) => return call_error(self.gw.mode, e).map(|r| r.completed().into()),
         };
@@ -142,7 +144,13 @@ impl GatewayHandler {
         };
         call.start();
         let span = tracing::info_span!("backend_call", backend = call.backend.name(), upstream = call.link.conn);
-        tracing::Instrument::instrument(self.drive(call, ctx), span).await
+        let response = tracing::Instrument::instrument(self.drive(call, ctx), span).await;
+        if let (Some((learned, vector, key, principal)), Ok(CallToolResponse::Complete(r))) = (label, &response)
+            && r.is_error != Some(true)
+        {
+            learned.record(&vector, &key, &principal);
+        }
+        response
     }
 
     /// Runs a forwarded call to its end for this request: relays its notifications, answers a
@@ -205,6 +213,7 @@ impl GatewayHandler {
                 CallError::NotConnected { .. }
                 | CallError::AtCapacity { .. }
                 | CallError::SessionFailed { .. }
+                | CallError::PrincipalsBusy { .. }
                 | CallError::Exchange { .. },
             ) => "unavailable",
             Err(CallError::ConnectionLost { .. } | CallError::Remote { .. }) => "error",
@@ -214,7 +223,9 @@ impl GatewayHandler {
             Ok(Answer::Complete(r)) => Ok(r.completed().into()),
             // A 2026-07-28 backend's own round, for a client that speaks it: unchanged.
             Ok(Answer::InputRequired(r)) => Ok(CallToolResponse::InputRequired(r)),
-            Ok(Answer::Task(created)) => self.task_created(&call.backend, &call.link, created, ctx).await,
+            Ok(Answer::Task(created)) => {
+                self.task_created(&call.backend, &call.link, &call.params.name, created, ctx).await
+            }
             Err(e) => {
                 if matches!(
                     e,
