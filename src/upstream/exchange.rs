@@ -2,11 +2,16 @@
 //! exchanged at the configured OAuth 2.0 token endpoint (RFC 8693) for a token of the backend's
 //! own, which is what the backend is sent; the caller's token never is.
 //!
-//! The gateway authenticates to the endpoint as a client (HTTP Basic, `client_secret_basic`).
-//! Exchanged tokens are cached per caller token until shortly before they expire (a quarter of
-//! their lifetime, at most 30 s, before), so a busy caller costs one exchange per token
-//! lifetime, and a refreshed caller token gets an exchange of its own. An exchange that fails
-//! fails the request with an error naming the backend and the endpoint's OAuth error code.
+//! The gateway authenticates to the endpoint as a client (HTTP Basic, `client_secret_basic`,
+//! its id and secret form-encoded first as RFC 6749 §2.3.1 asks). Exchanged tokens are cached
+//! per caller token until shortly before they expire (a quarter of their lifetime, at most 30 s,
+//! before), so a busy caller costs one exchange per token lifetime, and a refreshed caller token
+//! gets an exchange of its own. Concurrent first requests of one caller share one exchange. An
+//! exchange that fails fails the request with an error naming the backend and the endpoint's
+//! OAuth error code; a refusal is remembered for [`REFUSAL_MEMORY`], so a refused caller cannot
+//! make the gateway hammer the endpoint. The endpoint's redirects are not followed, and a
+//! lifetime it gives is clamped to [`MIN_LIFETIME`]..[`MAX_LIFETIME`]: a token said to expire at
+//! once is still sent with the request it was exchanged for (the backend then judges it).
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -27,12 +32,21 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ANSWER: usize = 64 * 1024;
 /// Lifetime assumed when the endpoint gives none.
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+/// The shortest and longest lifetime believed.
+pub const MIN_LIFETIME: Duration = Duration::from_secs(5);
+pub const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+/// How long a refused caller token is refused without asking the endpoint again.
+pub const REFUSAL_MEMORY: Duration = Duration::from_secs(10);
 
 pub struct Exchanger {
     cfg: TokenExchange,
     http: reqwest::Client,
     /// By the sha256 of the caller's token: the token itself is not kept as a key.
     cache: Mutex<lru::LruCache<[u8; 32], Exchanged>>,
+    /// Refusals, by the same key, until when they stand.
+    refused: Mutex<lru::LruCache<[u8; 32], (Instant, ExchangeError)>>,
+    /// One lock per caller token being exchanged: concurrent requests wait for the first.
+    exchanging: Mutex<std::collections::HashMap<[u8; 32], Arc<tokio::sync::Mutex<()>>>>,
 }
 
 #[derive(Clone)]
@@ -70,26 +84,67 @@ struct Refusal {
 
 impl Exchanger {
     pub fn new(cfg: TokenExchange) -> Self {
-        let http = reqwest::Client::builder().timeout(TIMEOUT).build().unwrap_or_default();
-        let cache = Mutex::new(lru::LruCache::new(NonZeroUsize::new(CACHED).expect("a positive capacity")));
-        Self { cfg, http, cache }
+        let http = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        let capacity = NonZeroUsize::new(CACHED).expect("a positive capacity");
+        Self {
+            cfg,
+            http,
+            cache: Mutex::new(lru::LruCache::new(capacity)),
+            refused: Mutex::new(lru::LruCache::new(capacity)),
+            exchanging: Mutex::default(),
+        }
     }
 
     /// The backend's token for the caller who presented `subject`, exchanged now unless a
-    /// fresh one is cached.
+    /// fresh one is cached (or the endpoint refused it a moment ago).
     pub async fn token_for(&self, subject: Option<&str>) -> Result<Arc<str>, ExchangeError> {
         let subject = subject.ok_or(ExchangeError::NoToken)?;
-        let fresh = {
-            let mut cache = self.cache.lock().expect("exchange cache lock");
-            cache.get(&key(subject)).filter(|e| Instant::now() < e.refresh_at).map(|e| e.token.clone())
-        };
-        if let Some(token) = fresh {
-            return Ok(token);
+        let key = key(subject);
+        if let Some(ready) = self.ready(&key) {
+            return ready;
         }
-        let exchanged = self.exchange(subject).await?;
-        let token = exchanged.token.clone();
-        self.cache.lock().expect("exchange cache lock").put(key(subject), exchanged);
-        Ok(token)
+        // The first request for this token exchanges it; the others wait and take its answer.
+        let lock = self.exchanging.lock().expect("exchanging lock").entry(key).or_default().clone();
+        let answer = {
+            let _turn = lock.lock().await;
+            match self.ready(&key) {
+                Some(ready) => ready,
+                None => match self.exchange(subject).await {
+                    Ok(exchanged) => {
+                        let token = exchanged.token.clone();
+                        self.cache.lock().expect("exchange cache lock").put(key, exchanged);
+                        Ok(token)
+                    }
+                    Err(e) => {
+                        if matches!(e, ExchangeError::Refused(_)) {
+                            let until = Instant::now() + REFUSAL_MEMORY;
+                            self.refused.lock().expect("exchange cache lock").put(key, (until, e.clone()));
+                        }
+                        Err(e)
+                    }
+                },
+            }
+        };
+        let mut exchanging = self.exchanging.lock().expect("exchanging lock");
+        if Arc::strong_count(&lock) <= 2 {
+            exchanging.remove(&key);
+        }
+        answer
+    }
+
+    /// A fresh cached token for `key`, or its standing refusal.
+    fn ready(&self, key: &[u8; 32]) -> Option<Result<Arc<str>, ExchangeError>> {
+        let now = Instant::now();
+        if let Some(token) = self.cache.lock().expect("exchange cache lock").get(key).filter(|e| now < e.refresh_at) {
+            return Some(Ok(token.token.clone()));
+        }
+        let refused =
+            self.refused.lock().expect("exchange cache lock").get(key).filter(|(until, _)| now < *until).cloned();
+        refused.map(|(_, e)| Err(e))
     }
 
     /// The cached token for `subject`, if it has not expired: what each HTTP request to the
@@ -118,7 +173,7 @@ impl Exchanger {
         let response = self
             .http
             .post(&self.cfg.token_url)
-            .basic_auth(&self.cfg.client_id, Some(&self.cfg.client_secret))
+            .basic_auth(form_encoded(&self.cfg.client_id), Some(form_encoded(&self.cfg.client_secret)))
             .header(http::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .header(http::header::ACCEPT, "application/json")
             .body(body)
@@ -141,11 +196,19 @@ impl Exchanger {
         if answer.access_token.is_empty() {
             return Err(ExchangeError::Malformed);
         }
-        let lifetime = answer.expires_in.map_or(DEFAULT_LIFETIME, Duration::from_secs);
-        let margin = (lifetime / 4).min(Duration::from_secs(30));
+        // A lifetime of 0 (or none worth the name) is exchanged again by the next request, but
+        // still sent with this one; a huge one is not believed.
+        let said = answer.expires_in.map_or(DEFAULT_LIFETIME, Duration::from_secs).min(MAX_LIFETIME);
+        let lifetime = said.max(MIN_LIFETIME);
+        let margin = (said / 4).min(Duration::from_secs(30));
         let token = Arc::from(answer.access_token);
-        Ok(Exchanged { token, refresh_at: asked + lifetime - margin, expires_at: asked + lifetime })
+        Ok(Exchanged { token, refresh_at: asked + said - margin, expires_at: asked + lifetime })
     }
+}
+
+/// `application/x-www-form-urlencoded`, as RFC 6749 §2.3.1 asks of Basic credentials.
+fn form_encoded(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
 fn key(subject: &str) -> [u8; 32] {
@@ -162,4 +225,99 @@ async fn read_capped(mut response: reqwest::Response) -> Option<Vec<u8>> {
         body.extend_from_slice(&chunk);
     }
     Some(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A token endpoint on 127.0.0.1 that counts the exchanges it was asked for, checks the
+    /// client's form-encoded Basic credentials, refuses `mallory` and answers `zero` and `huge`
+    /// with those lifetimes.
+    async fn endpoint() -> (Exchanger, Arc<AtomicUsize>) {
+        use axum::http::{HeaderMap, StatusCode};
+        use base64::Engine;
+        let asked = Arc::new(AtomicUsize::new(0));
+        let count = asked.clone();
+        let app = axum::Router::new().route(
+            "/token",
+            axum::routing::post(move |headers: HeaderMap, body: String| {
+                let count = count.clone();
+                async move {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let basic = base64::engine::general_purpose::STANDARD.encode("my+id%3A1:p%40ss+word");
+                    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&format!("Basic {basic}")) {
+                        return (StatusCode::UNAUTHORIZED, axum::Json(serde_json::json!({"error": "invalid_client"})));
+                    }
+                    // Slow enough that concurrent requests overlap.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let form: std::collections::HashMap<String, String> =
+                        form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+                    let subject = form["subject_token"].clone();
+                    let lifetime = match subject.as_str() {
+                        "mallory" => {
+                            return (
+                                StatusCode::BAD_REQUEST,
+                                axum::Json(serde_json::json!({"error": "invalid_grant"})),
+                            );
+                        }
+                        "zero" => 0,
+                        "huge" => u64::MAX,
+                        _ => 60,
+                    };
+                    (
+                        StatusCode::OK,
+                        axum::Json(serde_json::json!({"access_token": format!("x-{subject}"), "expires_in": lifetime})),
+                    )
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let token_url = format!("http://{}/token", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let cfg = TokenExchange {
+            token_url,
+            client_id: "my id:1".into(),
+            client_secret: "p@ss word".into(),
+            audience: None,
+            scope: None,
+        };
+        (Exchanger::new(cfg), asked)
+    }
+
+    #[tokio::test]
+    async fn concurrent_first_requests_share_one_exchange() {
+        let (ex, asked) = endpoint().await;
+        let all = futures::future::join_all((0..8).map(|_| ex.token_for(Some("alice")))).await;
+        assert!(all.iter().all(|t| t.as_deref().ok() == Some("x-alice")), "{all:?}");
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        assert!(ex.exchanging.lock().unwrap().is_empty(), "no lock left behind");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_remembered_briefly() {
+        let (ex, asked) = endpoint().await;
+        for _ in 0..5 {
+            assert!(
+                matches!(ex.token_for(Some("mallory")).await, Err(ExchangeError::Refused(c)) if c == "invalid_grant")
+            );
+        }
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "asked once, then refused from memory");
+    }
+
+    #[tokio::test]
+    async fn lifetimes_are_clamped_and_a_token_is_always_sent_with_its_request() {
+        let (ex, asked) = endpoint().await;
+        // Said to expire at once: sent with this request, exchanged again by the next.
+        assert_eq!(ex.token_for(Some("zero")).await.unwrap().as_ref(), "x-zero");
+        assert_eq!(ex.cached(Some("zero")).as_deref(), Some("x-zero"));
+        ex.token_for(Some("zero")).await.unwrap();
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        // Said to live for ever: no overflow, and believed for a day at most.
+        assert_eq!(ex.token_for(Some("huge")).await.unwrap().as_ref(), "x-huge");
+        let cache = ex.cache.lock().unwrap().peek(&key("huge")).cloned().unwrap();
+        assert!(cache.expires_at <= Instant::now() + MAX_LIFETIME);
+    }
 }

@@ -678,6 +678,12 @@ fn token_exchange_configs_are_checked_by_key() {
     {
         assert!(e.contains(key), "{key}: {e}");
     }
+    // Callers' tokens and the client secret travel in the clear only to this machine.
+    let e = load(
+        "[[backends]]\nname = \"a\"\nurl = \"http://x\"\nauth = \"token_exchange\"\n\
+         [backends.token_exchange]\ntoken_url = \"http://idp.example/token\"\nclient_id = \"c\"\nclient_secret = \"s\"\n",
+    );
+    assert!(e.contains("backends[0].token_exchange.token_url") && e.contains("https://"), "{e}");
     let e = load("[[backends]]\nname = \"a\"\nurl = \"http://x\"\nauth = \"token_exchange\"\n");
     assert!(e.contains("backends[0].token_exchange"), "{e}");
     let e = load("[[backends]]\nname = \"a\"\nurl = \"http://x\"\nauth = \"magic\"\n");
