@@ -25,3 +25,4 @@ mod rounds;
 mod search;
 mod sessions;
 mod tasks;
+mod tenants;

@@ -1,0 +1,336 @@
+//! Tenants stay apart, as a property: a seeded random walk drives three principals through
+//! sessions (2025-11-25) and session-less requests (2026-07-28), in passthrough and optimizer
+//! mode, over a stateful `per_client` backend and two others, with policy reloads between
+//! steps, and after every step checks what the answer may hold:
+//! - no tool outside the caller's current scope (tools/list, find_tool);
+//! - no backend state but the caller's own (what `recall` returns is what this caller, in this
+//!   session or as this session-less principal, last remembered);
+//! - no task but the caller's own, and none whose tool the caller may no longer use.
+//!
+//! `TOOLMUX_TENANT_SEED=N` replays one walk; `TOOLMUX_TENANT_STEPS=N` makes each walk longer
+//! (CI runs a bounded number of steps). A failure prints the seed and the step.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rmcp::model::{CallToolResponse, CancelTaskParams, GetTaskParams, TaskStatus};
+use rmcp::service::ServiceError;
+use serde_json::{Value, json};
+use toolmux::app::{App, EmbedderChoice};
+
+use crate::harness::*;
+use crate::tasks::{TaskClient, Tasking};
+
+const PRINCIPALS: [&str; 3] = ["alice", "bob", "carol"];
+const BACKENDS: [&str; 3] = ["kit", "github", "jira"];
+
+/// Who is asking: a principal's session (by its index among that principal's sessions), or the
+/// principal without one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Who {
+    Session(usize, usize),
+    Sessionless(usize),
+}
+
+impl Who {
+    fn principal(self) -> usize {
+        match self {
+            Who::Session(p, _) | Who::Sessionless(p) => p,
+        }
+    }
+}
+
+struct Walk {
+    mode: &'static str,
+    base: String,
+    app: App,
+    rng: StdRng,
+    /// Backends each principal may use now.
+    allowed: [BTreeSet<&'static str>; 3],
+    sessions: HashMap<(usize, usize), Arc<TaskClient>>,
+    /// What `kit` remembers for each caller, as far as the walk knows.
+    remembered: HashMap<Who, String>,
+    /// Tasks running: id, who made it.
+    tasks: Vec<(String, Who)>,
+    /// Tasks nobody may read any more: cancelled, revoked, or their session ended.
+    dead: Vec<String>,
+    step: usize,
+    seed: u64,
+}
+
+impl Walk {
+    async fn start(mode: &'static str, seed: u64, kit: &HttpBackend, others: &[HttpBackend]) -> Self {
+        let mut base = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n");
+        base += &bearer_tokens(&PRINCIPALS);
+        base += &http_backend_toml("kit", &kit.url);
+        for (name, b) in ["github", "jira"].iter().zip(others) {
+            base += &http_backend_toml(name, &b.url);
+        }
+        let everything =
+            [BACKENDS.into_iter().collect(), BACKENDS.into_iter().collect(), BACKENDS.into_iter().collect()];
+        let app = gateway(&(base.clone() + &policy(&everything)), EmbedderChoice::None).await;
+        Self {
+            mode,
+            base,
+            app,
+            rng: StdRng::seed_from_u64(seed),
+            allowed: everything,
+            sessions: HashMap::new(),
+            remembered: HashMap::new(),
+            tasks: Vec::new(),
+            dead: Vec::new(),
+            step: 0,
+            seed,
+        }
+    }
+
+    fn at(&self) -> String {
+        format!("{} mode, seed {}, step {}", self.mode, self.seed, self.step)
+    }
+
+    /// A client for `who`: its session, or a new session-less connection of its principal.
+    async fn client(&mut self, who: Who) -> Arc<TaskClient> {
+        match who {
+            Who::Session(p, i) => {
+                if !self.sessions.contains_key(&(p, i)) {
+                    let c = open_session(&self.app, PRINCIPALS[p]).await;
+                    self.sessions.insert((p, i), Arc::new(c));
+                }
+                self.sessions[&(p, i)].clone()
+            }
+            Who::Sessionless(p) => Arc::new(stateless_client(&self.app, Tasking, Some(PRINCIPALS[p])).await),
+        }
+    }
+
+    fn pick(&mut self) -> Who {
+        let p = self.rng.random_range(0..PRINCIPALS.len());
+        match self.rng.random_bool(0.5) {
+            true => Who::Session(p, self.rng.random_range(0..2)),
+            false => Who::Sessionless(p),
+        }
+    }
+
+    async fn step(&mut self) {
+        self.step += 1;
+        let who = self.pick();
+        match self.rng.random_range(0..100) {
+            0..20 => self.remember(who).await,
+            20..40 => self.recall(who).await,
+            40..55 => self.list(who).await,
+            55..65 => self.find(who).await,
+            65..75 => self.make_task(who).await,
+            75..88 => self.follow_task(who).await,
+            88..95 => self.reload().await,
+            _ => self.end_session(who).await,
+        }
+    }
+
+    /// Calls `tool` (a passthrough name) as the mode exposes it.
+    async fn call(&self, c: &TaskClient, tool: &str, args: Value) -> rmcp::model::CallToolResult {
+        match self.mode {
+            "optimizer" => call(c, "call_tool", json!({"tool_name": tool, "parameters": args})).await,
+            _ => match c.call_tool(params(tool, args)).await {
+                Ok(r) => r,
+                // Passthrough refuses a tool outside the scope as invalid params.
+                Err(ServiceError::McpError(e)) if e.code.0 == -32602 => {
+                    rmcp::model::CallToolResult::error(vec![rmcp::model::ContentBlock::text(e.message)])
+                }
+                Err(e) => panic!("{}: {tool}: {e}", self.at()),
+            },
+        }
+    }
+
+    async fn remember(&mut self, who: Who) {
+        let value = format!("{}-{}", PRINCIPALS[who.principal()], self.step);
+        let c = self.client(who).await;
+        let r = self.call(&c, "kit_remember", json!({"value": value})).await;
+        if self.allowed[who.principal()].contains("kit") {
+            assert_ne!(r.is_error, Some(true), "{}: {who:?} remember: {r:?}", self.at());
+            self.remembered.insert(who, value);
+        } else {
+            assert_eq!(r.is_error, Some(true), "{}: {who:?} used kit outside its scope", self.at());
+        }
+    }
+
+    async fn recall(&mut self, who: Who) {
+        let c = self.client(who).await;
+        let r = self.call(&c, "kit_recall", json!({})).await;
+        if !self.allowed[who.principal()].contains("kit") {
+            assert_eq!(r.is_error, Some(true), "{}: {who:?} used kit outside its scope", self.at());
+            return;
+        }
+        let expected = self.remembered.get(&who).cloned().unwrap_or_default();
+        assert_eq!(text(&r), expected, "{}: {who:?} recalls another caller's state", self.at());
+    }
+
+    fn in_scope(&self, who: Who, name: &str) -> bool {
+        let backend = name.split_once('_').map_or(name, |(b, _)| b);
+        self.allowed[who.principal()].contains(backend)
+    }
+
+    async fn list(&mut self, who: Who) {
+        let c = self.client(who).await;
+        let tools = c.list_all_tools().await.unwrap_or_else(|e| panic!("{}: tools/list: {e}", self.at()));
+        for t in tools.iter().filter(|t| !["find_tool", "call_tool"].contains(&t.name.as_ref())) {
+            assert!(self.in_scope(who, &t.name), "{}: {who:?} listed {} outside its scope", self.at(), t.name);
+        }
+        if self.mode == "passthrough" {
+            let backends: BTreeSet<&str> =
+                tools.iter().filter_map(|t| t.name.split_once('_')).map(|(b, _)| b).collect();
+            let allowed: BTreeSet<&str> = self.allowed[who.principal()].iter().copied().collect();
+            assert_eq!(backends, allowed, "{}: {who:?} lists every backend of its scope", self.at());
+        }
+    }
+
+    async fn find(&mut self, who: Who) {
+        if self.mode != "optimizer" {
+            return self.list(who).await;
+        }
+        let requests = ["remember a value", "create an issue", "open a ticket", "recall", "list pull requests"];
+        let request = requests[self.rng.random_range(0..requests.len())];
+        let c = self.client(who).await;
+        let r = call(&*c, "find_tool", json!({"tool_description": request})).await;
+        assert_ne!(r.is_error, Some(true), "{}: find_tool: {r:?}", self.at());
+        for name in found(&r) {
+            assert!(self.in_scope(who, &name), "{}: {who:?} found {name} outside its scope", self.at());
+        }
+    }
+
+    async fn make_task(&mut self, who: Who) {
+        let c = self.client(who).await;
+        let args = json!({"ms": 600_000, "label": "walk"});
+        let request = match self.mode {
+            "optimizer" => params("call_tool", json!({"tool_name": "kit_job", "parameters": args})),
+            _ => params("kit_job", args),
+        };
+        let answer = c.peer().call_tool_once(request).await;
+        match (self.allowed[who.principal()].contains("kit"), answer) {
+            (true, Ok(CallToolResponse::Task(t))) => self.tasks.push((t.task.task_id, who)),
+            (true, other) => panic!("{}: {who:?} expected a task, got {other:?}", self.at()),
+            (false, Ok(CallToolResponse::Complete(r))) => {
+                assert_eq!(r.is_error, Some(true), "{}: {who:?} ran kit_job outside its scope", self.at())
+            }
+            (false, Err(ServiceError::McpError(e))) => assert_eq!(e.code.0, -32602, "{}", self.at()),
+            (false, other) => panic!("{}: {who:?} ran kit_job outside its scope: {other:?}", self.at()),
+        }
+    }
+
+    async fn follow_task(&mut self, who: Who) {
+        if self.tasks.is_empty() && self.dead.is_empty() {
+            return self.make_task(who).await;
+        }
+        let n = self.rng.random_range(0..self.tasks.len() + self.dead.len());
+        let (id, owner) = match self.tasks.get(n) {
+            Some((id, owner)) => (id.clone(), Some(*owner)),
+            None => (self.dead[n - self.tasks.len()].clone(), None),
+        };
+        let c = self.client(who).await;
+        let got = c.peer().get_task(GetTaskParams::new(id.clone())).await;
+        let owns = owner == Some(who);
+        let may = self.allowed[who.principal()].contains("kit");
+        match got {
+            Ok(t) => {
+                assert!(owns, "{}: {who:?} read task {id} of {owner:?}", self.at());
+                assert!(may, "{}: {who:?} read a task whose tool it may no longer use", self.at());
+                assert_eq!((t.task.task.task_id.as_str(), t.task.status()), (id.as_str(), TaskStatus::Working));
+            }
+            Err(ServiceError::McpError(e)) if e.code.0 == -32602 => {
+                assert!(!(owns && may), "{}: {who:?} lost its own task {id}", self.at());
+                if owns {
+                    // Used while revoked: cancelled at the backend and forgotten for good.
+                    self.kill(&id);
+                }
+            }
+            Err(e) => panic!("{}: tasks/get: {e}", self.at()),
+        }
+        if owns && may && self.rng.random_bool(0.2) {
+            c.peer().cancel_task(CancelTaskParams::new(id.clone())).await.unwrap();
+            self.kill(&id);
+        }
+    }
+
+    fn kill(&mut self, id: &str) {
+        self.tasks.retain(|(t, _)| t != id);
+        self.dead.push(id.to_string());
+    }
+
+    async fn reload(&mut self) {
+        for p in 0..PRINCIPALS.len() {
+            self.allowed[p] = BACKENDS.into_iter().filter(|_| self.rng.random_bool(0.7)).collect();
+        }
+        let config = toolmux::config::Config::parse(&(self.base.clone() + &policy(&self.allowed))).unwrap();
+        self.app.reload(config).await;
+    }
+
+    async fn end_session(&mut self, who: Who) {
+        let Who::Session(p, i) = who else { return };
+        if let Some(c) = self.sessions.remove(&(p, i)) {
+            if let Ok(c) = Arc::try_unwrap(c) {
+                let _ = c.cancel().await;
+            }
+            // The next session of that slot starts afresh: its backend session is a new one,
+            // and the old session's tasks are nobody's.
+            self.remembered.remove(&who);
+            let ended: Vec<String> = self.tasks.iter().filter(|(_, w)| *w == who).map(|(id, _)| id.clone()).collect();
+            for id in ended {
+                self.kill(&id);
+            }
+        }
+    }
+}
+
+fn params(tool: &str, args: Value) -> rmcp::model::CallToolRequestParams {
+    rmcp::model::CallToolRequestParams::new(tool.to_string()).with_arguments(args.as_object().unwrap().clone())
+}
+
+/// One `[[policy]]` per principal, allowing exactly its backends (none: a rule denying all).
+fn policy(allowed: &[BTreeSet<&'static str>; 3]) -> String {
+    let mut toml = String::new();
+    for (p, backends) in PRINCIPALS.iter().zip(allowed) {
+        let list: Vec<String> = backends.iter().map(|b| format!("\"{b}\"")).collect();
+        toml += &match list.is_empty() {
+            true => format!("[[policy]]\nprincipals = [\"{p}\"]\nbackends = [\"*\"]\neffect = \"deny\"\n"),
+            false => format!("[[policy]]\nprincipals = [\"{p}\"]\nbackends = [{}]\n", list.join(", ")),
+        };
+    }
+    toml
+}
+
+async fn open_session(app: &App, token: &str) -> TaskClient {
+    use rmcp::ServiceExt;
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let cfg = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_string());
+    Tasking.serve(StreamableHttpClientTransport::from_config(cfg)).await.expect("client connects")
+}
+
+fn env(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_stay_apart_on_a_random_walk() {
+    let steps = env("TOOLMUX_TENANT_STEPS").unwrap_or(120) as usize;
+    let seeds: Vec<u64> = match env("TOOLMUX_TENANT_SEED") {
+        Some(seed) => vec![seed],
+        None => vec![rand::random(), rand::random()],
+    };
+    let kit = http_backend("testkit").await;
+    let others = [http_backend("github").await, http_backend("jira").await];
+    let mut total = 0;
+    for seed in seeds {
+        for mode in ["passthrough", "optimizer"] {
+            println!("tenant walk: {mode} mode, seed {seed} (replay with TOOLMUX_TENANT_SEED={seed})");
+            let mut walk = Walk::start(mode, seed, &kit, &others).await;
+            for _ in 0..steps {
+                walk.step().await;
+            }
+            total += walk.step;
+            walk.app.shutdown().await;
+        }
+    }
+    println!("tenant walk: {total} steps ran clean");
+}
