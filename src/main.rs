@@ -336,10 +336,11 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
             let path = config.server.path.clone();
             let grace = config.server.shutdown_grace;
+            let stop = stop_signals()?;
             let app = App::start(config, Options::default()).await?;
             let addr = app.addr.expect("serving HTTP");
             println!("toolmux listening on http://{addr}{path}");
-            serve_until_signal(app, grace, Some(Reload { file, watch })).await
+            serve_until_signal(app, grace, Some(Reload { file, watch }), stop).await
         }
         Command::Find { config, query, keywords } => {
             let config = Config::load(&config)?;
@@ -353,6 +354,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { listen, mode } => {
+            let stop = stop_signals()?;
             let app = toolmux::app::demo(&listen, &mode).await?;
             let addr = app.addr.expect("serving HTTP");
             // Announced once the tools are indexed: a client connecting at once finds them all.
@@ -364,7 +366,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 app.gateway.upstream.backends().len(),
                 app.gateway.store.current().catalog.len()
             );
-            serve_until_signal(app, toolmux::config::DEFAULT_SHUTDOWN_GRACE, None).await
+            serve_until_signal(app, toolmux::config::DEFAULT_SHUTDOWN_GRACE, None, stop).await
         }
         Command::Backend { name, listen, stdio, list_delay_ms } => {
             let mut backend = toolmux::demo::backend(&name)
@@ -412,9 +414,23 @@ struct Reload {
 /// editors that replace the file and mounted config maps that swap a symlink are seen too.
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 
-async fn serve_until_signal(app: App, grace: Duration, reload: Option<Reload>) -> anyhow::Result<ExitCode> {
-    if !app.ready(Duration::from_secs(60)).await {
-        tracing::warn!("not every backend answered within 60 s; serving the ones that did");
+/// Serves until `stop` (the stop signals, installed before the app started), however early it
+/// comes: a signal while backends are still starting stops cleanly too.
+async fn serve_until_signal(
+    app: App,
+    grace: Duration,
+    reload: Option<Reload>,
+    mut stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+) -> anyhow::Result<ExitCode> {
+    tokio::select! {
+        ready = app.ready(Duration::from_secs(60)) => if !ready {
+            tracing::warn!("not every backend answered within 60 s; serving the ones that did");
+        },
+        _ = &mut stop => {
+            tracing::info!("stopping before every backend was ready");
+            app.stop(Duration::ZERO).await;
+            return Ok(ExitCode::SUCCESS);
+        }
     }
     let clashes = app.clashes();
     if !clashes.is_empty() {
@@ -426,11 +442,9 @@ async fn serve_until_signal(app: App, grace: Duration, reload: Option<Reload>) -
     }
     {
         let mut reads = config_reads(reload)?;
-        let stop = stop_signal();
-        tokio::pin!(stop);
         loop {
             tokio::select! {
-                r = &mut stop => { r?; break }
+                _ = &mut stop => break,
                 Some(next) = reads.recv() => app.apply_reload(next).await,
             }
         }
@@ -482,14 +496,23 @@ fn config_reads(
 
 /// Waits for SIGTERM (service managers, container runtimes) or SIGINT (Ctrl-C).
 async fn stop_signal() -> std::io::Result<()> {
+    stop_signals()?.await;
+    Ok(())
+}
+
+/// A stop signal (SIGTERM or SIGINT) from now on: the handlers are installed before this
+/// returns, so a signal that comes before the future is first polled (while backends start)
+/// still stops the process cleanly instead of killing it.
+fn stop_signals() -> std::io::Result<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
+    Ok(Box::pin(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    }))
 }
 
 /// A second stop signal during a graceful stop: end the stdio backends and exit now.

@@ -293,3 +293,35 @@ async fn a_clients_traceparent_reaches_the_backend() {
     assert!(!r["content"][0]["text"].as_str().unwrap().contains("traceparent"), "none invented: {r}");
     app.shutdown().await;
 }
+
+/// A SIGTERM while a backend is still starting (here: a stdio backend that takes a minute to
+/// list its tools) stops the gateway cleanly, exit status 0, as it does once ready.
+#[tokio::test]
+async fn a_stop_signal_before_ready_stops_cleanly() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n[[backends]]\nname = \"slow\"\ncommand = \"{BIN}\"\n\
+         args = [\"backend\", \"testkit\", \"--stdio\", \"--list-delay-ms\", \"60000\"]\n"
+    );
+    std::fs::write(&config, toml).unwrap();
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = lines.next_line().await.unwrap().expect("serve prints its URL");
+    let base = line.split_whitespace().find(|w| w.starts_with("http://")).unwrap().trim_end_matches("/mcp").to_string();
+    // Listening, and not ready: the backend is still listing.
+    let ready = reqwest::get(format!("{base}/readyz")).await.unwrap().status().as_u16();
+    assert_eq!(ready, 503, "not ready while the backend lists");
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("it stops").unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
