@@ -52,9 +52,9 @@ struct Walk {
     sessions: HashMap<(usize, usize), Arc<TaskClient>>,
     /// What `kit` remembers for each caller, as far as the walk knows.
     remembered: HashMap<Who, String>,
-    /// Tasks running: id, who made it.
-    tasks: Vec<(String, Who)>,
-    /// Tasks nobody may read any more: cancelled, revoked, or their session ended.
+    /// Tasks made: id, who made it, whether it cancelled it.
+    tasks: Vec<(String, Who, bool)>,
+    /// Tasks nobody may read any more: revoked, or their session ended.
     dead: Vec<String>,
     step: usize,
     seed: u64,
@@ -207,7 +207,7 @@ impl Walk {
         };
         let answer = c.peer().call_tool_once(request).await;
         match (self.allowed[who.principal()].contains("kit"), answer) {
-            (true, Ok(CallToolResponse::Task(t))) => self.tasks.push((t.task.task_id, who)),
+            (true, Ok(CallToolResponse::Task(t))) => self.tasks.push((t.task.task_id, who, false)),
             (true, other) => panic!("{}: {who:?} expected a task, got {other:?}", self.at()),
             (false, Ok(CallToolResponse::Complete(r))) => {
                 assert_eq!(r.is_error, Some(true), "{}: {who:?} ran kit_job outside its scope", self.at())
@@ -222,9 +222,9 @@ impl Walk {
             return self.make_task(who).await;
         }
         let n = self.rng.random_range(0..self.tasks.len() + self.dead.len());
-        let (id, owner) = match self.tasks.get(n) {
-            Some((id, owner)) => (id.clone(), Some(*owner)),
-            None => (self.dead[n - self.tasks.len()].clone(), None),
+        let (id, owner, cancelled) = match self.tasks.get(n) {
+            Some((id, owner, cancelled)) => (id.clone(), Some(*owner), *cancelled),
+            None => (self.dead[n - self.tasks.len()].clone(), None, false),
         };
         let c = self.client(who).await;
         let got = c.peer().get_task(GetTaskParams::new(id.clone())).await;
@@ -234,7 +234,11 @@ impl Walk {
             Ok(t) => {
                 assert!(owns, "{}: {who:?} read task {id} of {owner:?}", self.at());
                 assert!(may, "{}: {who:?} read a task whose tool it may no longer use", self.at());
-                assert_eq!((t.task.task.task_id.as_str(), t.task.status()), (id.as_str(), TaskStatus::Working));
+                assert_eq!(t.task.task.task_id, id, "{}", self.at());
+                let status = t.task.status();
+                let expected =
+                    if cancelled { [TaskStatus::Cancelled, TaskStatus::Working] } else { [TaskStatus::Working; 2] };
+                assert!(expected.contains(&status), "{}: task {id} is {status:?}", self.at());
             }
             Err(ServiceError::McpError(e)) if e.code.0 == -32602 => {
                 assert!(!(owns && may), "{}: {who:?} lost its own task {id}", self.at());
@@ -245,14 +249,17 @@ impl Walk {
             }
             Err(e) => panic!("{}: tasks/get: {e}", self.at()),
         }
-        if owns && may && self.rng.random_bool(0.2) {
+        if owns && may && !cancelled && self.rng.random_bool(0.2) {
             c.peer().cancel_task(CancelTaskParams::new(id.clone())).await.unwrap();
-            self.kill(&id);
+            // Still its owner's to read (cancelled), and nobody else's.
+            if let Some(t) = self.tasks.iter_mut().find(|(t, _, _)| *t == id) {
+                t.2 = true;
+            }
         }
     }
 
     fn kill(&mut self, id: &str) {
-        self.tasks.retain(|(t, _)| t != id);
+        self.tasks.retain(|(t, _, _)| t != id);
         self.dead.push(id.to_string());
     }
 
@@ -273,7 +280,8 @@ impl Walk {
             // The next session of that slot starts afresh: its backend session is a new one,
             // and the old session's tasks are nobody's.
             self.remembered.remove(&who);
-            let ended: Vec<String> = self.tasks.iter().filter(|(_, w)| *w == who).map(|(id, _)| id.clone()).collect();
+            let ended: Vec<String> =
+                self.tasks.iter().filter(|(_, w, _)| *w == who).map(|(id, _, _)| id.clone()).collect();
             for id in ended {
                 self.kill(&id);
             }
