@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use toolmux::app::{App, EmbedderChoice};
 
 use crate::harness::*;
-use crate::tasks::{TaskClient, Tasking};
+use crate::tasks::{TaskClient, Tasking, session};
 
 const PRINCIPALS: [&str; 3] = ["alice", "bob", "carol"];
 const BACKENDS: [&str; 3] = ["kit", "github", "jira"];
@@ -95,7 +95,7 @@ impl Walk {
         match who {
             Who::Session(p, i) => {
                 if !self.sessions.contains_key(&(p, i)) {
-                    let c = open_session(&self.app, PRINCIPALS[p]).await;
+                    let c = session(&self.app, PRINCIPALS[p]).await;
                     self.sessions.insert((p, i), Arc::new(c));
                 }
                 self.sessions[&(p, i)].clone()
@@ -304,15 +304,6 @@ fn policy(allowed: &[BTreeSet<&'static str>; 3]) -> String {
         };
     }
     toml
-}
-
-async fn open_session(app: &App, token: &str) -> TaskClient {
-    use rmcp::ServiceExt;
-    use rmcp::transport::StreamableHttpClientTransport;
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    let url = format!("http://{}/mcp", app.addr.unwrap());
-    let cfg = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_string());
-    Tasking.serve(StreamableHttpClientTransport::from_config(cfg)).await.expect("client connects")
 }
 
 fn env(name: &str) -> Option<u64> {
