@@ -380,19 +380,31 @@ impl ServerHandler for DemoServer {
         _c: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let name = &self.shared.name;
-        let t = ResourceTemplate::new(format!("demo://{name}/items/{{id}}"), format!("{name}-item"));
-        Ok(ListResourceTemplatesResult::with_all_items(vec![t]))
+        let mut templates = vec![ResourceTemplate::new(format!("demo://{name}/items/{{id}}"), format!("{name}-item"))];
+        if name == "testkit" {
+            templates.push(ResourceTemplate::new(format!("demo://{name}/slow/{{ms}}"), format!("{name}-slow")));
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
 
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _c: RequestContext<RoleServer>,
+        c: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let name = &self.shared.name;
         let uri = request.uri;
         let body = if uri == format!("demo://{name}/about") {
             format!("{}: {}", name, self.shared.description)
+        } else if let Some(ms) = uri.strip_prefix(&format!("demo://{name}/slow/")).and_then(|ms| ms.parse().ok()) {
+            // A read that takes `ms`, counted in `cancelled_calls` when abandoned.
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(ms)) => format!("read after {ms} ms"),
+                _ = c.ct.cancelled() => {
+                    self.shared.cancelled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    return Err(ErrorData::internal_error("cancelled", None));
+                }
+            }
         } else if let Some(id) = uri.strip_prefix(&format!("demo://{name}/items/")) {
             json!({"id": id, "backend": name, "title": format!("Item {id}")}).to_string()
         } else {

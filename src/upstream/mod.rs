@@ -593,7 +593,10 @@ impl Backend {
         }
     }
 
-    /// Runs `f` on `link` with the backend's timeout, giving up if `ct` fires.
+    /// Runs `f` on `link` with the backend's timeout, giving up if `ct` fires. Giving up drops
+    /// `f`'s request future, and rmcp's client requests send the backend
+    /// `notifications/cancelled` when dropped unanswered: abandoned reads, prompts, completions
+    /// and task requests end at the backend too (`an_abandoned_resource_read_is_cancelled_at_the_backend`).
     async fn forward<T, F, Fut>(&self, link: &Link, ct: &CancellationToken, f: F) -> Result<T, CallError>
     where
         F: FnOnce(Arc<Peer<RoleClient>>) -> Fut,

@@ -511,3 +511,25 @@ async fn session_less_principals_past_the_bound_take_the_place_of_idle_ones() {
     assert!(count("toolmux_sessionless_principals_refused_total") >= 1, "{metrics}");
     app.shutdown().await;
 }
+
+/// A resource read its client gives up on is cancelled at the backend too, like a tool call:
+/// for a session on its own backend session, and for a session-less caller on its principal's.
+#[tokio::test]
+async fn an_abandoned_resource_read_is_cancelled_at_the_backend() {
+    let kit = http_backend("testkit").await;
+    let app = passthrough(&http_backend_toml("web", &kit.url), &bearer_auth(&["alice"])).await;
+    let (session, _) = client_with_auth(&app, Some("alice")).await;
+    let sessionless = stateless_client(&app, Recorder::default(), Some("alice")).await;
+    let cancelled = || async { text(&call(&session, "web_cancelled_calls", json!({})).await) };
+    assert_eq!(cancelled().await, "0");
+    for (n, peer) in [(1, session.peer().clone()), (2, sessionless.peer().clone())] {
+        let read = peer.read_resource_once(ReadResourceRequestParams::new("demo://testkit/slow/20000"));
+        assert!(tokio::time::timeout(Duration::from_millis(500), read).await.is_err(), "still reading");
+        assert!(
+            eventually(Duration::from_secs(10), || async { cancelled().await == n.to_string() }).await,
+            "abandoned read {n} cancelled at the backend: {}",
+            cancelled().await
+        );
+    }
+    app.shutdown().await;
+}
