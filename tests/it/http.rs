@@ -283,6 +283,57 @@ async fn half_sent_headers_are_cut_off_and_cannot_starve_a_real_client() {
     app.shutdown().await;
 }
 
+/// Headers that keep coming, a line or a byte at a time, are cut off at `server.header_timeout`
+/// too: the deadline runs from a request's first byte, not from the last one, for a
+/// connection's first request and for a later one on the same connection alike; twenty such
+/// connections at once are all closed.
+#[tokio::test]
+async fn headers_trickled_a_line_at_a_time_are_cut_off() {
+    use tokio::io::AsyncWriteExt;
+    let app = app_with("header_timeout = \"3s\"\n").await;
+    let one = |first: bool, bytes: bool| {
+        let app = &app;
+        async move {
+            let mut tcp = trickle(app, "").await;
+            if !first {
+                // A whole request first: the deadline holds for the next one on the connection.
+                let body = serde_json::to_string(&initialize()).unwrap();
+                let request = format!(
+                    "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                     Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                tcp.write_all(request.as_bytes()).await.unwrap();
+                let mut answer = [0u8; 12];
+                tokio::io::AsyncReadExt::read_exact(&mut tcp, &mut answer).await.unwrap();
+                assert_eq!(&answer, b"HTTP/1.1 200");
+            }
+            let started = std::time::Instant::now();
+            tcp.write_all(b"POST /mcp HTTP/1.1\r\n").await.unwrap();
+            let lines = (0..40).map(|i| format!("X-Line-{i}: {i}\r\n"));
+            let pieces: Vec<String> = match bytes {
+                true => lines.flat_map(|l| l.chars().map(String::from).collect::<Vec<_>>()).collect(),
+                false => lines.collect(),
+            };
+            let every = std::time::Duration::from_millis(if bytes { 200 } else { 1500 });
+            let mut cut_off = false;
+            for piece in pieces {
+                tokio::time::sleep(every).await;
+                if tcp.write_all(piece.as_bytes()).await.is_err() || started.elapsed().as_secs() > 20 {
+                    cut_off = tcp.write_all(b"x").await.is_err();
+                    break;
+                }
+            }
+            let elapsed = started.elapsed();
+            assert!(cut_off, "first request {first}, bytes {bytes}: kept open for {elapsed:?}");
+            assert!(elapsed < std::time::Duration::from_secs(8), "first {first}, bytes {bytes}: cut off after {elapsed:?}");
+        }
+    };
+    let all = (0..20).map(|i| one(i % 2 == 0, i % 4 < 2));
+    futures::future::join_all(all).await;
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_body_that_stops_arriving_gets_408_naming_the_limit() {
     let app = app_with("body_timeout = \"1s\"\n").await;
