@@ -1,10 +1,10 @@
 //! Secrets out of error text. A backend's URL may carry credentials (`https://user:pw@host`,
-//! `?api_key=…`), and the HTTP client's errors quote the URL whole; such text goes to the log and
-//! `/status` only through [`urls`], and never to a client (clients get a message naming the
-//! backend).
+//! `?api_key=…`, or a key as a path segment: `https://h/sk-live-…/mcp`), and the HTTP client's
+//! errors quote the URL whole; such text goes to the log and `/status` only through [`urls`],
+//! and never to a client (clients get a message naming the backend).
 
-/// `text` with every URL's user information and query replaced by `***`:
-/// `https://u:p@h/mcp?key=s` → `https://***@h/mcp?***`.
+/// `text` with every URL's user information, query and secret-looking path segments replaced by
+/// `***`: `https://u:p@h/k3y0123456789abcdef/mcp?key=s` → `https://***@h/***/mcp?***`.
 pub fn urls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -43,11 +43,27 @@ fn redact_one(url: &str) -> String {
     let path = match path.split_once('?') {
         Some((before, after)) => {
             let fragment = after.find('#').map_or("", |i| &after[i..]);
-            format!("{before}?***{fragment}")
+            format!("{}?***{fragment}", segments(before))
         }
-        None => path.to_string(),
+        None => match path.split_once('#') {
+            Some((before, fragment)) => format!("{}#{fragment}", segments(before)),
+            None => segments(path),
+        },
     };
     authority + &path
+}
+
+/// A path with each segment that looks like a key replaced by `***`.
+fn segments(path: &str) -> String {
+    path.split('/').map(|s| if looks_secret(s) { "***" } else { s }).collect::<Vec<_>>().join("/")
+}
+
+/// A path segment that may be a credential: long and mixing letters with digits (API keys,
+/// tokens, UUIDs), or very long whatever it holds. Words (`mcp`, `sse`, `v1`, `servers`) are not.
+fn looks_secret(segment: &str) -> bool {
+    let letters = segment.chars().any(|c| c.is_ascii_alphabetic());
+    let digits = segment.chars().any(|c| c.is_ascii_digit());
+    (segment.len() >= 16 && letters && digits) || segment.len() >= 40
 }
 
 #[cfg(test)]
@@ -65,5 +81,16 @@ mod tests {
         assert_eq!(urls("https://h?k=v#f"), "https://h?***#f");
         assert_eq!(urls("no url here :// at all"), "no url here :// at all");
         assert_eq!(urls("ends with http://u:p@h"), "ends with http://***@h");
+    }
+
+    #[test]
+    fn keys_in_the_path_are_hidden_and_words_are_not() {
+        assert_eq!(
+            urls("GET https://actions.example/mcp/sk-ak-0123456789abcdef/sse failed"),
+            "GET https://actions.example/mcp/***/sse failed"
+        );
+        assert_eq!(urls("http://h/v1/servers/github/mcp"), "http://h/v1/servers/github/mcp");
+        assert_eq!(urls("http://h/ab12cd34ef56ab78cd90?x=1#f"), "http://h/***?***#f");
+        assert_eq!(urls("http://h/5f0c6b2e-3a1d-4c8e-9b7a-0d2e4f6a8b1c#top"), "http://h/***#top");
     }
 }

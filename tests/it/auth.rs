@@ -559,13 +559,15 @@ async fn a_configured_authorization_header_is_sent_as_it_is() {
     app.shutdown().await;
 }
 
-/// A backend URL's secrets (`?api_key=…`, `user:pw@`) reach neither `/status` nor a client.
+/// A backend URL's secrets (`?api_key=…`, `user:pw@`, a key as a path segment) reach neither
+/// `/status` nor a client: what the client is told names the backend only.
 #[tokio::test]
 async fn a_backends_url_secrets_are_not_shown() {
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = closed.local_addr().unwrap().port();
     drop(closed);
-    let down = http_backend_toml("down", &format!("http://user:pw-s3cret@127.0.0.1:{port}/mcp?api_key=s3cret"));
+    let secret_url = format!("http://user:pw-s3cret@127.0.0.1:{port}/keys/sk0123456789s3cret/mcp?api_key=s3cret");
+    let down = http_backend_toml("down", &secret_url);
     let kit = http_backend("testkit").await;
     let app = passthrough("", &format!("{down}{}", http_backend_toml("kit", &kit.url))).await;
     let url = format!("http://{}/status", app.addr.unwrap());
@@ -577,6 +579,15 @@ async fn a_backends_url_secrets_are_not_shown() {
     );
     let shown = status().await;
     assert!(!shown.contains("s3cret"), "{shown}");
+    assert!(shown.contains("/keys/***/mcp"), "{shown}");
+    // What a client sees of the down backend: its listing, a call, a resource read.
+    let (c, _) = client(&app).await;
+    let mut seen = format!("{:?}", c.list_all_tools().await);
+    seen += &format!("{:?}", c.call_tool(rmcp::model::CallToolRequestParams::new("down_anything")).await);
+    seen += &format!("{:?}", c.read_resource(rmcp::model::ReadResourceRequestParams::new("demo://down/about")).await);
+    seen += &format!("{:?}", c.list_all_resources().await);
+    assert!(!seen.contains("s3cret") && !seen.contains(&port.to_string()), "{seen}");
+    c.cancel().await.unwrap();
     app.shutdown().await;
 }
 

@@ -326,7 +326,10 @@ async fn headers_trickled_a_line_at_a_time_are_cut_off() {
             }
             let elapsed = started.elapsed();
             assert!(cut_off, "first request {first}, bytes {bytes}: kept open for {elapsed:?}");
-            assert!(elapsed < std::time::Duration::from_secs(8), "first {first}, bytes {bytes}: cut off after {elapsed:?}");
+            assert!(
+                elapsed < std::time::Duration::from_secs(8),
+                "first {first}, bytes {bytes}: cut off after {elapsed:?}"
+            );
         }
     };
     let all = (0..20).map(|i| one(i % 2 == 0, i % 4 < 2));
