@@ -161,6 +161,7 @@ impl App {
             local_caller: crate::session::Caller::named(&config.auth.stdio_principal, config.auth.stdio_groups.clone()),
             ct: ct.clone(),
         });
+        gateway.set_auth(config.auth.clone());
 
         tasks.spawn(gateway.clone().run_notices(ct.child_token()));
         let clashes = Arc::new(Mutex::new(Vec::new()));

@@ -137,6 +137,12 @@ impl App {
             done.auth = true;
         }
 
+        // Who sees the gateway's details changes live, whatever else `[auth]` does.
+        if next.auth.admins != running.auth.admins {
+            running.auth.admins = next.auth.admins.clone();
+            done.auth = true;
+        }
+
         // What cannot change live keeps its running value, so it is reported until a restart.
         macro_rules! restart_only {
             ($($field:ident => $key:literal),* $(,)?) => {$(
@@ -156,6 +162,7 @@ impl App {
             groups => "[groups]",
         );
         *running = next;
+        gw.set_auth(running.auth.clone());
         // An operator may have accepted held tool changes in the ledger file (`toolmux tools accept`).
         if gw.integrity.is_frozen() {
             match gw.integrity.reread() {

@@ -20,6 +20,21 @@ pub struct AuthConfig {
     /// Who the client of `serve --stdio` is (it runs as the user who started it).
     pub stdio_principal: String,
     pub stdio_groups: Vec<String>,
+    /// Who sees the gateway's details (tool names, errors, the tool ledger) in `/status`: a
+    /// principal's name, or `group:NAME` for a group. Without authentication, everyone.
+    pub admins: Vec<String>,
+}
+
+impl AuthConfig {
+    /// Whether `principal` (in `groups`) is one of [`AuthConfig::admins`]; without
+    /// authentication every caller is the one trusted user.
+    pub fn is_admin(&self, principal: &str, groups: &[String]) -> bool {
+        matches!(self.mode, AuthMode::None)
+            || self.admins.iter().any(|a| match a.strip_prefix("group:") {
+                Some(group) => groups.iter().any(|g| g == group),
+                None => a == principal,
+            })
+    }
 }
 
 impl Default for AuthConfig {
@@ -30,6 +45,7 @@ impl Default for AuthConfig {
             public_health: true,
             stdio_principal: ANONYMOUS.into(),
             stdio_groups: Vec::new(),
+            admins: Vec::new(),
         }
     }
 }
@@ -141,12 +157,19 @@ impl Validator<'_> {
         {
             self.problem("auth.resource_url", format!("`{url}` must be an http:// or https:// URL"));
         }
+        let admins = raw.admins.unwrap_or_default();
+        for (i, a) in admins.iter().enumerate() {
+            if a.trim().is_empty() || a == "group:" {
+                self.problem(format!("auth.admins[{i}]"), "an admin is a principal's name, or group:NAME");
+            }
+        }
         AuthConfig {
             mode,
             resource_url: raw.resource_url,
             public_health,
             stdio_principal: raw.stdio_principal.unwrap_or_else(|| ANONYMOUS.into()),
             stdio_groups: raw.stdio_groups.unwrap_or_default(),
+            admins,
         }
     }
 

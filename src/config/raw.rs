@@ -40,6 +40,7 @@ pub struct Auth {
     pub public_health: Option<bool>,
     pub stdio_principal: Option<String>,
     pub stdio_groups: Option<Vec<String>>,
+    pub admins: Option<Vec<String>>,
     #[serde(default)]
     pub tokens: Vec<Token>,
     pub jwt: Option<Jwt>,

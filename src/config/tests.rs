@@ -149,3 +149,17 @@ fn sessions_default_to_memory_and_redis_needs_an_address() {
     let e = Config::parse("[sessions]\nstore = \"redis\"\nredis_url = \"redis://:hunter2@\"\n").unwrap_err();
     assert!(!e.to_string().contains("hunter2"), "{e}");
 }
+
+#[test]
+fn admins_are_names_or_groups_and_everyone_without_authentication() {
+    let tokens = "[[auth.tokens]]\nprincipal = \"a\"\nsha256 = \"0000000000000000000000000000000000000000000000000000000000000000\"\n";
+    let c = Config::parse(&format!("[auth]\nmode = \"bearer\"\nadmins = [\"alice\", \"group:ops\"]\n{tokens}")).unwrap();
+    assert!(c.auth.is_admin("alice", &[]));
+    assert!(c.auth.is_admin("bob", &["ops".to_string()]));
+    assert!(!c.auth.is_admin("bob", &["dev".to_string()]));
+    assert!(!c.auth.is_admin("group:ops", &[]), "a group is not a principal");
+    assert!(Config::parse("").unwrap().auth.is_admin("anonymous", &[]), "no authentication: one trusted user");
+    let e = Config::parse(&format!("[auth]\nmode = \"bearer\"\nadmins = [\"\", \"group:\"]\n{tokens}")).unwrap_err();
+    let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["auth.admins[0]", "auth.admins[1]"], "{e}");
+}

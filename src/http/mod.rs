@@ -129,9 +129,10 @@ pub fn router(
     let status = Router::new()
         .route(
             "/status",
-            get(move || {
+            get(move |caller: Option<axum::Extension<Caller>>| {
                 let gw = status_gw.clone();
-                async move { axum::Json(gw.status()) }
+                let caller = caller.map_or_else(Caller::anonymous, |c| c.0);
+                async move { axum::Json(gw.status_for(&caller)) }
             }),
         )
         .layer(checked);

@@ -88,6 +88,9 @@ pub struct Gateway {
     pub health: Arc<Monitor>,
     /// Replaced whole by a reload ([`Gateway::set_policy`]).
     policy: arc_swap::ArcSwap<Arc<dyn Policy>>,
+    /// `[auth]` as in force: who sees the gateway's details ([`Gateway::is_admin`]). Written
+    /// by the app at start and by each reload.
+    auth: arc_swap::ArcSwap<crate::config::AuthConfig>,
     pub relay: Arc<Hub>,
     /// Calls waiting for a session-less client's input (`rounds`).
     pub parked: Arc<Parked>,
@@ -166,6 +169,7 @@ impl Gateway {
             upstream: p.upstream,
             health: p.health,
             policy: arc_swap::ArcSwap::from_pointee(p.policy),
+            auth: arc_swap::ArcSwap::from_pointee(crate::config::AuthConfig::default()),
             relay: p.relay.clone(),
             parked: Arc::default(),
             tasks: Default::default(),
@@ -238,6 +242,17 @@ impl Gateway {
         let s = Arc::new(tokio::sync::Semaphore::new(self.limits.max_calls_per_session));
         calls.put(principal.to_string(), s.clone());
         s
+    }
+
+    /// Takes `[auth]` as it is now in force.
+    pub fn set_auth(&self, auth: crate::config::AuthConfig) {
+        self.auth.store(Arc::new(auth));
+    }
+
+    /// Whether `caller` may see the gateway's details (`[auth] admins`; everyone without
+    /// authentication).
+    pub fn is_admin(&self, caller: &Caller) -> bool {
+        self.auth.load().is_admin(&caller.principal, &caller.groups)
     }
 
     /// Whether `optimizer.pinned` names any tool pattern.

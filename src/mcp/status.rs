@@ -103,6 +103,31 @@ pub struct EmbedderStatus {
 }
 
 impl Gateway {
+    /// `/status` as `caller` may see it: whole for an admin (`[auth] admins`; everyone without
+    /// authentication); for anyone else counts only, no backend errors, tool names, ledger
+    /// entries or reload details, with `details: false` saying so.
+    pub fn status_for(&self, caller: &crate::session::Caller) -> serde_json::Value {
+        let mut v = serde_json::to_value(self.status()).expect("the status serialises");
+        if self.is_admin(caller) {
+            v["details"] = true.into();
+            return v;
+        }
+        if let Some(backends) = v["backends"].as_array_mut() {
+            for b in backends {
+                b["last_error"] = serde_json::Value::Null;
+            }
+        }
+        let integrity = &mut v["integrity"];
+        let (held, recent) = (count(&integrity["held"]), count(&integrity["recent"]));
+        integrity["held"] = held.into();
+        integrity["recent"] = recent.into();
+        integrity["ledger"] = serde_json::Value::Null;
+        v["reload"]["last"] = serde_json::Value::Null;
+        v["reload"]["last_error"] = serde_json::Value::Null;
+        v["details"] = false.into();
+        v
+    }
+
     pub fn status(&self) -> Status {
         let generation = self.store.current();
         let mode = format!("{:?}", self.mode).to_lowercase();
@@ -315,4 +340,9 @@ pub fn table(s: &serde_json::Value) -> String {
         let _ = writeln!(out, "last reload: {l}");
     }
     out
+}
+
+/// How many entries a JSON list has.
+fn count(list: &serde_json::Value) -> usize {
+    list.as_array().map_or(0, Vec::len)
 }

@@ -706,3 +706,58 @@ fn token_exchange_configs_are_checked_by_key() {
     assert!(e.contains("backends[0].headers.Authorization"), "{e}");
     assert!(e.contains("TOOLMUX_TEST_NO_SUCH_VAR"), "{e}");
 }
+
+/// `/status` shows backend errors, the tool ledger and reload details only to `[auth] admins`
+/// (a name, or `group:NAME`); anyone else authenticated gets counts, and a reload changes who
+/// is an admin at once.
+#[tokio::test]
+async fn status_details_are_for_admins_only() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let kit = http_backend("testkit").await;
+    let backends = format!(
+        "{}{}",
+        http_backend_toml("down", &format!("http://127.0.0.1:{port}/mcp")),
+        http_backend_toml("kit", &kit.url)
+    );
+    // `admins` sits in [auth], before its tables.
+    let toml = |admins: &str| {
+        let auth = bearer_auth(&["alice", "bob"]).replacen(
+            "mode = \"bearer\"\n",
+            &format!("mode = \"bearer\"\nadmins = [{admins}]\n"),
+            1,
+        );
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{auth}{backends}")
+    };
+    let app = gateway(&toml("\"alice\""), EmbedderChoice::None).await;
+    let url = format!("http://{}/status", app.addr.unwrap());
+    let status = |token: &'static str| {
+        let url = url.clone();
+        async move {
+            let r = reqwest::Client::new().get(&url).bearer_auth(token).send().await.unwrap();
+            r.json::<serde_json::Value>().await.unwrap()
+        }
+    };
+    let down = |v: &serde_json::Value| {
+        v["backends"].as_array().unwrap().iter().find(|b| b["name"] == "down").cloned().unwrap()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || async { !down(&status("alice").await)["last_error"].is_null() }).await
+    );
+    let alice = status("alice").await;
+    assert_eq!(alice["details"], true);
+    assert!(alice["integrity"]["held"].is_array(), "{alice}");
+    let bob = status("bob").await;
+    assert_eq!(bob["details"], false, "{bob}");
+    assert!(down(&bob)["last_error"].is_null(), "{bob}");
+    assert!(bob["integrity"]["held"].is_number() && bob["integrity"]["recent"].is_number(), "{bob}");
+    assert_eq!(bob["backends"].as_array().unwrap().len(), 2, "counts and health stay");
+    // Without a token: 401, as before.
+    let anonymous = reqwest::get(&url).await.unwrap().status();
+    assert_eq!(anonymous, 401);
+    // A reload makes bob an admin at once.
+    app.reload(toolmux::config::Config::parse(&toml("\"alice\", \"bob\"")).unwrap()).await;
+    assert_eq!(status("bob").await["details"], true);
+    app.shutdown().await;
+}
