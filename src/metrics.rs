@@ -64,7 +64,7 @@ pub struct Search {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendKind {
     pub backend: String,
-    /// `changed` or `added`.
+    /// `changed`, `added`, or `first` (a first listing's tool held, or looking like another's).
     pub kind: &'static str,
 }
 

@@ -126,7 +126,11 @@ impl App {
                 tasks.spawn(keep_learned(learned, ct.clone()));
             }
         }
-        let integrity = Arc::new(Integrity::open(config.health.freeze_tools, config.health.tool_ledger.clone())?);
+        let rules = crate::catalog::ledger::Rules {
+            frozen: config.health.freeze_tools,
+            trust_first: config.health.trust_first_listing,
+        };
+        let integrity = Arc::new(Integrity::open(rules, config.health.tool_ledger.clone())?);
         let relay = Hub::new();
         let upstream = Arc::new(Upstream::new(&config.backends, relay.clone(), ct.child_token()));
         let health = Monitor::new(config.health.clone(), &upstream);
@@ -333,6 +337,7 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
             .map(|b| {
                 let listing = b.listing();
                 let tools = gw.integrity.observe(b.name(), &listing.tools);
+                gw.integrity.observe_server(b.name(), listing.instructions.as_deref(), listing.about.as_deref());
                 (b.name().to_string(), listing, tools)
             })
             .collect();

@@ -228,6 +228,9 @@ pub struct HealthConfig {
     pub circuit_breaker: Option<BreakerConfig>,
     /// Serve each tool as first seen (or as last accepted) until an operator accepts a change.
     pub freeze_tools: bool,
+    /// With `freeze_tools`: a backend never seen before is accepted whole on its first listing
+    /// (trust on first use) rather than held until accepted.
+    pub trust_first_listing: bool,
     /// Where the tool ledger is kept (first-seen versions, held changes); in memory without it.
     pub tool_ledger: Option<PathBuf>,
 }
@@ -247,6 +250,7 @@ impl Default for HealthConfig {
             unhealthy_threshold: 3,
             circuit_breaker: None,
             freeze_tools: false,
+            trust_first_listing: false,
             tool_ledger: None,
         }
     }
@@ -772,6 +776,10 @@ impl Validator<'_> {
                 "needs health.tool_ledger, the file where first-seen tools are kept (and where `toolmux tools accept` accepts changes)",
             );
         }
+        let trust_first_listing = raw.trust_first_listing.unwrap_or(false);
+        if trust_first_listing && !freeze_tools {
+            self.problem("health.trust_first_listing", "only means something with health.freeze_tools = true");
+        }
         HealthConfig {
             interval,
             timeout,
@@ -779,6 +787,7 @@ impl Validator<'_> {
             unhealthy_threshold: unhealthy_threshold.max(1) as u32,
             circuit_breaker,
             freeze_tools,
+            trust_first_listing,
             tool_ledger,
         }
     }

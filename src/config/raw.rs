@@ -188,6 +188,7 @@ pub struct Health {
     pub unhealthy_threshold: Option<i64>,
     pub circuit_breaker: Option<CircuitBreaker>,
     pub freeze_tools: Option<bool>,
+    pub trust_first_listing: Option<bool>,
     pub tool_ledger: Option<String>,
 }
 

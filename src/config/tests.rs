@@ -153,7 +153,8 @@ fn sessions_default_to_memory_and_redis_needs_an_address() {
 #[test]
 fn admins_are_names_or_groups_and_everyone_without_authentication() {
     let tokens = "[[auth.tokens]]\nprincipal = \"a\"\nsha256 = \"0000000000000000000000000000000000000000000000000000000000000000\"\n";
-    let c = Config::parse(&format!("[auth]\nmode = \"bearer\"\nadmins = [\"alice\", \"group:ops\"]\n{tokens}")).unwrap();
+    let c =
+        Config::parse(&format!("[auth]\nmode = \"bearer\"\nadmins = [\"alice\", \"group:ops\"]\n{tokens}")).unwrap();
     assert!(c.auth.is_admin("alice", &[]));
     assert!(c.auth.is_admin("bob", &["ops".to_string()]));
     assert!(!c.auth.is_admin("bob", &["dev".to_string()]));

@@ -228,7 +228,7 @@ impl Gateway {
             .extensions
             .as_ref()?
             .contains_key(super::groups::GROUPS_EXTENSION);
-        declared.then(|| groups.listed(&session.snapshot(), &self.upstream))
+        declared.then(|| groups.listed(&session.snapshot(), self))
     }
 
     /// The places for calls of a caller without a session (`principal`): `max_calls_per_session`

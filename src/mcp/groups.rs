@@ -11,10 +11,10 @@ use globset::GlobSet;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::Gateway;
 use crate::catalog::CatalogTool;
 use crate::config::GroupsConfig;
 use crate::session::Snapshot;
-use crate::upstream::Upstream;
 
 pub const GROUPS_EXTENSION: &str = "io.modelcontextprotocol/groups";
 pub const LIST: &str = "groups/list";
@@ -93,12 +93,12 @@ impl Groups {
 
     /// The caller's groups: one per backend with scoped tools in `snap`. Names that two backends
     /// would share get a numbered suffix, in backend order.
-    pub fn list(&self, snap: &Snapshot, upstream: &Upstream) -> Vec<Group> {
-        self.with_tools(snap, upstream).into_iter().map(|(g, _)| g).collect()
+    pub fn list(&self, snap: &Snapshot, gw: &Gateway) -> Vec<Group> {
+        self.with_tools(snap, gw).into_iter().map(|(g, _)| g).collect()
     }
 
     /// [`Groups::list`], each group with its tools.
-    fn with_tools<'a>(&self, snap: &'a Snapshot, upstream: &Upstream) -> Vec<(Group, Vec<&'a CatalogTool>)> {
+    fn with_tools<'a>(&self, snap: &'a Snapshot, gw: &Gateway) -> Vec<(Group, Vec<&'a CatalogTool>)> {
         let mut scoped = self.scoped(snap);
         scoped.sort_by(|a, b| a.0.cmp(&b.0));
         let mut out: Vec<(Group, Vec<&CatalogTool>)> = Vec::new();
@@ -111,8 +111,7 @@ impl Groups {
                 name = format!("{}{suffix}", &base[..base.len().min(64 - suffix.len())]);
                 n += 1;
             }
-            let listing = upstream.get(&backend).map(|b| b.listing());
-            let title = listing.as_ref().and_then(|l| l.server.clone());
+            let title = gw.upstream.get(&backend).and_then(|b| b.listing().server.clone());
             let examples: Vec<&str> = tools.iter().take(EXAMPLES).map(|t| t.name()).collect();
             let made_up = format!(
                 "{} tool{} of the {backend} backend, e.g. {}.",
@@ -120,7 +119,8 @@ impl Groups {
                 if tools.len() == 1 { "" } else { "s" },
                 examples.join(", ")
             );
-            let description = match listing.as_ref().and_then(|l| l.about.clone()) {
+            // What the server says of itself, as the tool ledger lets it through.
+            let description = match gw.integrity.server_text(&backend).1 {
                 Some(about) => format!("{} ({made_up})", about.trim().trim_end_matches('.')),
                 None => made_up,
             };
@@ -131,21 +131,21 @@ impl Groups {
 
     /// `groups/get` for `name`: the group's tools, whole, and its backend's instructions; `None`
     /// when the caller has no such group.
-    pub fn get(&self, name: &str, snap: &Snapshot, upstream: &Upstream) -> Option<Value> {
-        let (group, tools) = self.with_tools(snap, upstream).into_iter().find(|(g, _)| g.name == name)?;
+    pub fn get(&self, name: &str, snap: &Snapshot, gw: &Gateway) -> Option<Value> {
+        let (group, tools) = self.with_tools(snap, gw).into_iter().find(|(g, _)| g.name == name)?;
         let tools: Vec<&rmcp::model::Tool> = tools.into_iter().map(|t| &t.tool).collect();
         let mut result = json!({"contents": {"tools": tools}});
-        if let Some(instructions) = upstream.get(&group.backend).and_then(|b| b.listing().instructions.clone()) {
+        if let Some(instructions) = gw.integrity.server_text(&group.backend).0 {
             result["instructions"] = json!(instructions);
         }
         Some(result)
     }
 
     /// What a client of groups is shown in `groups/list`, as one number (a change is announced).
-    pub fn listed(&self, snap: &Snapshot, upstream: &Upstream) -> u64 {
+    pub fn listed(&self, snap: &Snapshot, gw: &Gateway) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        for g in self.list(snap, upstream) {
+        for g in self.list(snap, gw) {
             (g.name, g.title, g.description).hash(&mut h);
         }
         h.finish()

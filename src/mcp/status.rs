@@ -249,6 +249,7 @@ impl Gateway {
             let kind = match kind {
                 crate::catalog::ledger::Kind::Changed => "changed",
                 crate::catalog::ledger::Kind::Added => "added",
+                crate::catalog::ledger::Kind::First => "first",
             };
             metrics::catch_up(&m.tool_changes.get_or_create(&metrics::BackendKind { backend, kind }), n);
         }

@@ -16,18 +16,22 @@ use anyhow::Context;
 use rmcp::model::Tool;
 use serde::Serialize;
 
-use crate::catalog::ledger::{Event, Kind, Ledger};
+use crate::catalog::ledger::{Event, Kind, Ledger, Rules};
 
 /// Differences remembered for `/status`, newest last.
 const RECENT: usize = 100;
 
 pub struct Integrity {
     ledger: Mutex<Ledger>,
-    /// `[health] freeze_tools`: hold changes back until accepted.
-    frozen: bool,
+    /// `[health] freeze_tools` (hold changes back until accepted) and
+    /// `trust_first_listing`.
+    rules: Rules,
     /// `[health] tool_ledger`: where the ledger is kept; in memory only without it.
     path: Option<PathBuf>,
     recent: Mutex<VecDeque<Event>>,
+    /// What each backend says of itself (instructions, description), as served: the accepted
+    /// text while a change is held. Written by [`Integrity::observe_server`].
+    served: Mutex<HashMap<String, (Option<String>, Option<String>)>>,
     /// Differences seen, by (backend, kind), for the metrics.
     counts: Mutex<HashMap<(String, Kind), u64>>,
     /// Bumped when the ledger is read again (an operator accepted changes): the catalog takes
@@ -37,7 +41,7 @@ pub struct Integrity {
 
 impl Default for Integrity {
     fn default() -> Self {
-        Self::in_memory(false)
+        Self::in_memory(Rules::default())
     }
 }
 
@@ -114,24 +118,25 @@ pub fn accept_in_file(path: &Path, backend: Option<&str>, tool: Option<&str>) ->
 pub fn held_in_file(path: &Path) -> anyhow::Result<Vec<(String, String, String)>> {
     let _lock = Locked::take(path).with_context(|| format!("locking {}", path.display()))?;
     let ledger = read(path)?;
-    Ok(ledger.held().map(|(b, t, v)| (b.to_string(), t.to_string(), v.digest.clone())).collect())
+    Ok(ledger.held().map(|(b, t, digest, _)| (b.to_string(), t.to_string(), digest.to_string())).collect())
 }
 
 impl Integrity {
-    pub fn in_memory(frozen: bool) -> Self {
+    pub fn in_memory(rules: Rules) -> Self {
         Self {
             ledger: Mutex::default(),
-            frozen,
+            rules,
             path: None,
             recent: Mutex::default(),
+            served: Mutex::default(),
             counts: Mutex::default(),
             reread: tokio::sync::watch::channel(0).0,
         }
     }
 
-    /// The ledger kept in `path` (read now, if it exists); `frozen` holds changes back.
-    pub fn open(frozen: bool, path: Option<PathBuf>) -> anyhow::Result<Self> {
-        let mut me = Self::in_memory(frozen);
+    /// The ledger kept in `path` (read now, if it exists), taking listings by `rules`.
+    pub fn open(rules: Rules, path: Option<PathBuf>) -> anyhow::Result<Self> {
+        let mut me = Self::in_memory(rules);
         if let Some(p) = &path {
             if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir)
@@ -145,7 +150,7 @@ impl Integrity {
     }
 
     pub fn is_frozen(&self) -> bool {
-        self.frozen
+        self.rules.frozen
     }
 
     /// Woken when the ledger was read again.
@@ -157,35 +162,83 @@ impl Integrity {
     /// each difference, and keeps the ledger in its file when it changed.
     pub fn observe(&self, backend: &str, tools: &[Tool]) -> Vec<Tool> {
         let mut ledger = self.ledger.lock().expect("ledger lock");
-        let observed = ledger.observe(backend, tools, self.frozen, now_ms());
-        for e in &observed.events {
-            let what = match e.kind {
-                Kind::Changed => "a tool's definition changed",
-                Kind::Added => "a tool was added after its backend's first listing",
-            };
-            let action = if e.held { "held back until accepted" } else { "served" };
-            tracing::warn!(backend = %e.backend, tool = %e.tool, looks_like = e.looks_like.as_deref(), "{what}: {action}");
-            *self.counts.lock().expect("counts lock").entry((e.backend.clone(), e.kind)).or_default() += 1;
-            let mut recent = self.recent.lock().expect("recent lock");
-            if recent.len() == RECENT {
-                recent.pop_front();
+        let first = !ledger.backends.contains_key(backend) && !tools.is_empty();
+        let observed = ledger.observe(backend, tools, self.rules, now_ms());
+        if first {
+            let held = observed.served.is_empty();
+            match held {
+                true => tracing::warn!(
+                    backend,
+                    tools = tools.len(),
+                    "a backend never seen before: its tools are held until accepted (toolmux tools accept --backend {backend})"
+                ),
+                false => tracing::debug!(backend, tools = tools.len(), "a backend's first listing accepted"),
             }
-            recent.push_back(e.clone());
         }
-        if observed.dirty
-            && let Some(path) = &self.path
-        {
-            let saved = Locked::take(path).map_err(anyhow::Error::from).and_then(|_lock| {
-                // Accepted elsewhere meanwhile (`toolmux tools accept`) stays accepted.
-                let on_disk = read(path)?;
-                let merged = merge(&ledger, &on_disk);
-                write(path, &merged)
-            });
-            if let Err(e) = saved {
-                tracing::error!(error = %format!("{e:#}"), "the tool ledger could not be saved; it is kept in memory");
-            }
+        for e in &observed.events {
+            self.record(e);
+        }
+        if observed.dirty {
+            self.save(&ledger);
         }
         observed.served
+    }
+
+    /// Takes what `backend` says of itself through the ledger, after its tools: returns the
+    /// instructions and description to serve (the accepted ones while a change is held).
+    pub fn observe_server(
+        &self,
+        backend: &str,
+        instructions: Option<&str>,
+        description: Option<&str>,
+    ) -> (Option<String>, Option<String>) {
+        let mut ledger = self.ledger.lock().expect("ledger lock");
+        let (served, event, dirty) = ledger.observe_server(backend, instructions, description, self.rules, now_ms());
+        if let Some(e) = &event {
+            self.record(e);
+        }
+        if dirty {
+            self.save(&ledger);
+        }
+        let served = served.map_or((None, None), |t| (t.instructions, t.description));
+        self.served.lock().expect("served lock").insert(backend.to_string(), served.clone());
+        served
+    }
+
+    /// What `backend` says of itself (instructions, description) as last served.
+    pub fn server_text(&self, backend: &str) -> (Option<String>, Option<String>) {
+        self.served.lock().expect("served lock").get(backend).cloned().unwrap_or_default()
+    }
+
+    /// Logs, counts and remembers one difference.
+    fn record(&self, e: &Event) {
+        let what = match e.kind {
+            Kind::Changed => "a tool's definition changed",
+            Kind::Added => "a tool was added after its backend's first listing",
+            Kind::First => "a tool of a backend's first listing",
+        };
+        let action = if e.held { "held back until accepted" } else { "served" };
+        tracing::warn!(backend = %e.backend, tool = %e.tool, looks_like = e.looks_like.as_deref(), "{what}: {action}");
+        *self.counts.lock().expect("counts lock").entry((e.backend.clone(), e.kind)).or_default() += 1;
+        let mut recent = self.recent.lock().expect("recent lock");
+        if recent.len() == RECENT {
+            recent.pop_front();
+        }
+        recent.push_back(e.clone());
+    }
+
+    /// Writes `ledger` to its file, if it has one, keeping what was accepted there meanwhile.
+    fn save(&self, ledger: &Ledger) {
+        let Some(path) = &self.path else { return };
+        let saved = Locked::take(path).map_err(anyhow::Error::from).and_then(|_lock| {
+            // Accepted elsewhere meanwhile (`toolmux tools accept`) stays accepted.
+            let on_disk = read(path)?;
+            let merged = merge(ledger, &on_disk);
+            write(path, &merged)
+        });
+        if let Err(e) = saved {
+            tracing::error!(error = %format!("{e:#}"), "the tool ledger could not be saved; it is kept in memory");
+        }
     }
 
     /// Reads the file again (after an operator accepted changes in it); the catalog then takes
@@ -208,15 +261,15 @@ impl Integrity {
     pub fn status(&self) -> IntegrityStatus {
         let ledger = self.ledger.lock().expect("ledger lock");
         IntegrityStatus {
-            frozen: self.frozen,
+            frozen: self.rules.frozen,
             ledger: self.path.as_ref().map(|p| p.display().to_string()),
             held: ledger
                 .held()
-                .map(|(b, t, v)| Held {
+                .map(|(b, t, digest, seen_ms)| Held {
                     backend: b.into(),
                     tool: t.into(),
-                    digest: v.digest.clone(),
-                    seen_ms: v.seen_ms,
+                    digest: digest.into(),
+                    seen_ms,
                 })
                 .collect(),
             recent: self.recent.lock().expect("recent lock").iter().cloned().collect(),
@@ -239,6 +292,12 @@ fn merge(mine: &Ledger, on_disk: &Ledger) -> Ledger {
                 known.held.remove(tool);
                 known.accepted.insert(tool.clone(), version.clone());
             }
+        }
+        if let Some(text) = &disk.server
+            && known.held_server.as_ref().is_some_and(|h| h.digest == text.digest)
+        {
+            known.held_server = None;
+            known.server = Some(text.clone());
         }
     }
     out

@@ -58,7 +58,7 @@ async fn frozen_tools_are_served_as_first_seen_until_accepted() {
     let config_path = dir.path().join("toolmux.toml");
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
-         [health]\ninterval = \"1s\"\nfreeze_tools = true\ntool_ledger = {ledger:?}\n{}",
+         [health]\ninterval = \"1s\"\nfreeze_tools = true\ntrust_first_listing = true\ntool_ledger = {ledger:?}\n{}",
         http_backend_toml("kit", &kit.url)
     );
     std::fs::write(&config_path, &toml).unwrap();
@@ -105,6 +105,56 @@ async fn frozen_tools_are_served_as_first_seen_until_accepted() {
     assert_eq!(description_of(&c, "kit_echo").await.as_deref(), Some(EVIL));
     assert!(description_of(&c, "kit_sneaky").await.is_none(), "still held after a restart");
     assert_eq!(status(&again)["integrity"]["held"][0]["tool"], "sneaky");
+}
+
+/// Frozen without trust in first listings, a backend the ledger has never seen is held whole:
+/// none of its tools is served, each is shown held in /status, until `toolmux tools accept
+/// --backend` and a reload; a backend accepted before is served as usual meanwhile.
+#[tokio::test]
+async fn frozen_a_backend_never_seen_is_held_until_accepted() {
+    let kit = http_backend("testkit").await;
+    let github = http_backend("github").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.json");
+    let config_path = dir.path().join("toolmux.toml");
+    let head = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
+         [health]\ninterval = \"1s\"\nfreeze_tools = true\ntool_ledger = {ledger:?}\n{}",
+        http_backend_toml("kit", &kit.url)
+    );
+    std::fs::write(&config_path, &head).unwrap();
+    let app = gateway(&head, EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
+    assert!(c.list_all_tools().await.unwrap().is_empty(), "nothing of a backend never seen is served");
+    let s = status(&app);
+    let held = s["integrity"]["held"].as_array().unwrap();
+    assert!(held.len() > 10 && held.iter().all(|h| h["backend"] == "kit"), "{s}");
+    assert!(s["integrity"]["recent"].as_array().unwrap().iter().all(|e| e["kind"] == "first" && e["held"] == true));
+    let tools = |args: &[&str]| {
+        let out = std::process::Command::new(BIN).arg("tools").args(args).output().unwrap();
+        assert!(out.status.success(), "toolmux tools {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let config = config_path.to_str().unwrap();
+    let accepted = tools(&["accept", "--config", config, "--backend", "kit"]);
+    assert!(accepted.contains("accepted kit/echo"), "{accepted}");
+    // Accepted, and a second backend added by the same reload: kit is served, github is held.
+    let toml = format!("{head}{}", http_backend_toml("github", &github.url));
+    std::fs::write(&config_path, &toml).unwrap();
+    app.reload(Config::load(&config_path).unwrap()).await;
+    let served = eventually(Duration::from_secs(30), || async { description_of(&c, "kit_echo").await.is_some() }).await;
+    assert!(served, "accepted: kit is served");
+    let listed = c.list_all_tools().await.unwrap();
+    assert!(listed.iter().all(|t| t.name.starts_with("kit_")), "github is held: {:?}", listed.len());
+    let held = eventually(Duration::from_secs(30), || async {
+        status(&app)["integrity"]["held"]
+            .as_array()
+            .is_some_and(|h| !h.is_empty() && h.iter().all(|x| x["backend"] == "github"))
+    })
+    .await;
+    assert!(held, "{}", status(&app)["integrity"]);
+    c.cancel().await.unwrap();
+    app.shutdown().await;
 }
 
 #[test]

@@ -34,9 +34,8 @@ impl GatewayHandler {
             return Err(ErrorData::missing_required_client_capability(required));
         }
         let snap = self.snapshot(ctx);
-        let upstream = &self.gw.upstream;
         if method == crate::mcp::groups::LIST {
-            return Ok(CustomResult::new(json!({"groups": groups.list(&snap, upstream)})));
+            return Ok(CustomResult::new(json!({"groups": groups.list(&snap, &self.gw)})));
         }
         let name = match params.and_then(|p| p.get("name")) {
             Some(Value::String(n)) if !n.is_empty() => n.as_str(),
@@ -49,7 +48,7 @@ impl GatewayHandler {
         };
         // A group the caller may not see answers as one that does not exist.
         groups
-            .get(name, &snap, upstream)
+            .get(name, &snap, &self.gw)
             .map(CustomResult::new)
             .ok_or_else(|| ErrorData::resource_not_found(format!("group not found: {name}"), None))
     }
