@@ -18,6 +18,9 @@ use serde::Serialize;
 
 use crate::catalog::ledger::{Event, Kind, Ledger, Rules};
 
+/// What a server says of itself: its instructions and its description.
+pub type SelfDescription = (Option<String>, Option<String>);
+
 /// Differences remembered for `/status`, newest last.
 const RECENT: usize = 100;
 
@@ -31,7 +34,7 @@ pub struct Integrity {
     recent: Mutex<VecDeque<Event>>,
     /// What each backend says of itself (instructions, description), as served: the accepted
     /// text while a change is held. Written by [`Integrity::observe_server`].
-    served: Mutex<HashMap<String, (Option<String>, Option<String>)>>,
+    served: Mutex<HashMap<String, SelfDescription>>,
     /// Differences seen, by (backend, kind), for the metrics.
     counts: Mutex<HashMap<(String, Kind), u64>>,
     /// Bumped when the ledger is read again (an operator accepted changes): the catalog takes
@@ -191,7 +194,7 @@ impl Integrity {
         backend: &str,
         instructions: Option<&str>,
         description: Option<&str>,
-    ) -> (Option<String>, Option<String>) {
+    ) -> SelfDescription {
         let mut ledger = self.ledger.lock().expect("ledger lock");
         let (served, event, dirty) = ledger.observe_server(backend, instructions, description, self.rules, now_ms());
         if let Some(e) = &event {
@@ -206,7 +209,7 @@ impl Integrity {
     }
 
     /// What `backend` says of itself (instructions, description) as last served.
-    pub fn server_text(&self, backend: &str) -> (Option<String>, Option<String>) {
+    pub fn server_text(&self, backend: &str) -> SelfDescription {
         self.served.lock().expect("served lock").get(backend).cloned().unwrap_or_default()
     }
 
