@@ -109,6 +109,7 @@ pub struct Metrics {
     pub sessions_restored: Counter,
     pub tool_changes: Family<BackendKind, Counter>,
     pub tools_held: Gauge,
+    pub backend_requests_refused: Counter,
     pub sessionless_principals: Gauge,
     pub sessionless_evicted: Counter,
     pub sessionless_refused: Counter,
@@ -153,6 +154,7 @@ impl Metrics {
             sessions_restored: Counter::default(),
             tool_changes: Family::default(),
             tools_held: Gauge::default(),
+            backend_requests_refused: Counter::default(),
             sessionless_principals: Gauge::default(),
             sessionless_evicted: Counter::default(),
             sessionless_refused: Counter::default(),
@@ -213,6 +215,11 @@ impl Metrics {
             m.tool_changes.clone(),
         );
         r.register("tools_held", "Tool versions held back until an operator accepts them", m.tools_held.clone());
+        r.register(
+            "backend_requests_refused",
+            "Backend requests (sampling, elicitation) refused because they could not be tied to one client",
+            m.backend_requests_refused.clone(),
+        );
         r.register(
             "sessionless_principals",
             "Principals without a session holding backend sessions of their own (per_client backends)",

@@ -121,6 +121,8 @@ pub struct Hub {
     progress: Mutex<HashMap<(u64, String), ProgressRoute>>,
     /// Resource URI → sessions subscribed to it.
     subscriptions: Mutex<HashMap<String, Vec<Peer<RoleServer>>>>,
+    /// Backend requests refused because they could not be tied to exactly one client.
+    pub refused: AtomicU64,
 }
 
 /// Where progress under one forwarded token goes: the call's channel, and the client's own token.
@@ -363,10 +365,17 @@ impl Relay for Hub {
     ) -> BoxFuture<'a, Result<Value, ErrorData>> {
         Box::pin(async move {
             let what = request_name(&request);
-            let target = self
-                .route_request(from.conn, origin.as_ref())
-                .await
-                .map_err(|why| unroutable(what, from.backend, why))?;
+            let target = self.route_request(from.conn, origin.as_ref()).await.map_err(|why| {
+                // Never dropped in silence: the backend gets an error, the operator a line and a count.
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    backend = from.backend,
+                    request = what,
+                    ?why,
+                    "a backend request was refused: no single client it belongs to"
+                );
+                unroutable(what, from.backend, why)
+            })?;
             ask_client(target, request).await
         })
     }

@@ -254,6 +254,7 @@ impl Gateway {
             metrics::catch_up(&m.tool_changes.get_or_create(&metrics::BackendKind { backend, kind }), n);
         }
         m.tools_held.set(status.integrity.held.len() as i64);
+        metrics::catch_up(&m.backend_requests_refused, self.relay.refused.load(Relaxed));
         let (held, evicted, refused) = self.sessionless.counts();
         m.sessionless_principals.set(held as i64);
         metrics::catch_up(&m.sessionless_evicted, evicted);

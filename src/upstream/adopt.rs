@@ -11,6 +11,11 @@
 //!
 //! It also records the id the backend gives, for the store, and leaves the backend session open
 //! when the gateway stops with sessions shared ([`Adoption::keep`]): another replica takes it over.
+//!
+//! And it tells when the session's standalone stream (the GET rmcp opens after the handshake)
+//! has been answered ([`Adoption::standalone_settled`]): a backend may send a request that is
+//! tied to no call (sampling, elicitation) only on that stream, and one whose stream is not open
+//! yet drops it (the TypeScript SDK's servers do). A new session's first request waits for it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +52,9 @@ pub struct Adoption {
     session: Mutex<Option<String>>,
     /// Set when the gateway stops with sessions shared: the backend session is not ended.
     keep: Arc<AtomicBool>,
+    /// Set once the backend has answered the standalone stream's first GET (opened, or refused:
+    /// a backend without one).
+    standalone: tokio::sync::watch::Sender<bool>,
 }
 
 impl Adoption {
@@ -63,6 +71,13 @@ impl Adoption {
     /// Whether the handshake was answered from the store.
     pub fn adopted(&self) -> bool {
         self.adopted.load(Ordering::Acquire)
+    }
+
+    /// Waits, at most `within`, until the backend has answered the standalone stream's GET.
+    /// False if it had not by then.
+    pub async fn standalone_settled(&self, within: std::time::Duration) -> bool {
+        let mut settled = self.standalone.subscribe();
+        tokio::time::timeout(within, settled.wait_for(|s| *s)).await.is_ok_and(|r| r.is_ok())
     }
 }
 
@@ -161,7 +176,14 @@ impl StreamableHttpClient for OwnSessionClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.inner.get_stream(uri, session_id, last_event_id, auth_header, self.caller.fill(custom_headers)).await
+        // Without Last-Event-ID: the standalone stream's GET (a resumption carries one).
+        let standalone = last_event_id.is_none();
+        let stream =
+            self.inner.get_stream(uri, session_id, last_event_id, auth_header, self.caller.fill(custom_headers)).await;
+        if standalone {
+            self.adoption.standalone.send_replace(true);
+        }
+        stream
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -173,7 +195,9 @@ impl StreamableHttpClient for OwnSessionClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.inner
+        let standalone = last_event_id.is_none();
+        let stream = self
+            .inner
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -182,6 +206,10 @@ impl StreamableHttpClient for OwnSessionClient {
                 self.caller.fill(custom_headers),
                 max_sse_event_size,
             )
-            .await
+            .await;
+        if standalone {
+            self.adoption.standalone.send_replace(true);
+        }
+        stream
     }
 }

@@ -25,6 +25,10 @@ use super::client::{Relay, UpstreamClient};
 use super::identity::{Identity, LiveIdentity};
 use super::{Backend, CONNECT_TIMEOUT, CallError, Link};
 
+/// How long a new upstream session waits for its backend to answer the standalone stream's GET
+/// before its first request goes out anyway.
+const STANDALONE_GRACE: Duration = Duration::from_secs(2);
+
 /// One client session's upstream sessions, by backend.
 pub struct ClientUpstreams {
     relay: Arc<dyn Relay>,
@@ -194,6 +198,15 @@ impl ClientUpstreams {
             Ok(Err(e)) => return Err(failed(format!("{e:#}"))),
             Ok(Ok(s)) => s,
         };
+        // The backend's standalone stream answered before the first request goes out: what the
+        // backend sends tied to no call (a TypeScript SDK server's sampling, say) has somewhere
+        // to go, instead of being dropped by a backend whose stream is not open yet.
+        // (Only a session has one: a backend that gave no session id gets no GET.)
+        if let Some(adoption) = adoption.as_ref().filter(|a| a.session().is_some())
+            && !adoption.standalone_settled(STANDALONE_GRACE).await
+        {
+            tracing::debug!(backend = %name, conn = id, "the backend's standalone stream did not answer in time");
+        }
         let peer = Arc::new(service.peer().clone());
         let level = *self.level.lock().expect("level lock");
         if let Some(level) = level

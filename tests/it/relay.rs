@@ -203,7 +203,8 @@ impl ClientHandler for Named {
 /// Two sessions ask through the same backend at overlapping times: session A's call samples
 /// after session B's call has started and while B's client is still answering. Returns the two
 /// results.
-async fn overlapping_asks(backend_toml: &str) -> (CallToolResult, CallToolResult) {
+/// Both calls' results, and the gateway's metrics once they ended.
+async fn overlapping_asks(backend_toml: &str) -> (CallToolResult, CallToolResult, String) {
     let toml = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{backend_toml}");
     let app = gateway(&toml, EmbedderChoice::None).await;
     let url = format!("http://{}/mcp", app.addr.unwrap());
@@ -226,8 +227,9 @@ async fn overlapping_asks(backend_toml: &str) -> (CallToolResult, CallToolResult
     let (ra, rb) = tokio::join!(a_call, b_call);
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
+    let metrics = app.gateway.render_metrics();
     app.shutdown().await;
-    (ra, rb)
+    (ra, rb, metrics)
 }
 
 #[tokio::test]
@@ -235,7 +237,8 @@ async fn sampling_goes_to_the_session_whose_call_asked() {
     let kit = http_backend("testkit").await;
     // On one connection shared by both sessions, the request's stream says whose call it is.
     let shared = format!("{}session = \"shared\"\n", http_backend_toml("kit", &kit.url));
-    let (a, b) = overlapping_asks(&shared).await;
+    let (a, b, metrics) = overlapping_asks(&shared).await;
+    assert!(metrics.contains("toolmux_backend_requests_refused_total 0"), "{metrics}");
     assert_eq!(text(&a), "A answers from A", "session A's call is answered by A");
     assert_eq!(text(&b), "B answers from B");
 }
@@ -244,10 +247,11 @@ async fn sampling_goes_to_the_session_whose_call_asked() {
 async fn sampling_with_no_link_to_its_call_is_refused_rather_than_guessed() {
     // Over stdio nothing says which call a backend request belongs to: with calls from two
     // sessions running, the gateway refuses instead of picking one.
-    let (a, b) = overlapping_asks(&stdio_backend_toml("kit", "testkit")).await;
-    // B asks while A's call is running: refused.
+    let (a, b, metrics) = overlapping_asks(&stdio_backend_toml("kit", "testkit")).await;
+    // B asks while A's call is running: refused, and counted (never dropped in silence).
     assert_eq!(b.is_error, Some(true), "{}", text(&b));
     assert!(text(&b).contains("does not guess"), "{}", text(&b));
+    assert!(!metrics.contains("toolmux_backend_requests_refused_total 0"), "{metrics}");
     // A asks once B's call has ended: answered by A, or refused; never by B.
     assert!(text(&a) == "A answers from A" || text(&a).contains("does not guess"), "{}", text(&a));
     // One session at a time, the only running call is the one that asked.

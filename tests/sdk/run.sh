@@ -6,6 +6,9 @@
 # over HTTP as well. The gateway fronts two demo backends: `github` over HTTP and `kit` (testkit)
 # over stdio.
 #
+# A TypeScript SDK server as a backend (tests/sdk/unlinked-server.mjs) checks that a backend
+# request tied to no call reaches the session whose call needs it.
+#
 # Installs the pinned SDKs into a cache folder on first use (a Python virtual environment, and an
 # npm prefix), and redis-server (scripts/redis.sh). Needs python3 with venv, node ≥ 18 and npm.
 set -euo pipefail
@@ -30,8 +33,8 @@ if [ ! -f "$npm_prefix/node_modules/@modelcontextprotocol/sdk/package.json" ]; t
   echo '{"private": true, "type": "module"}' > "$npm_prefix/package.json"
   npm install --prefix "$npm_prefix" --no-audit --no-fund --loglevel=error "@modelcontextprotocol/sdk@$typescript_sdk"
 fi
-# Node resolves the SDK from the script's own folder: run a copy that sits beside node_modules.
-cp tests/sdk/client.mjs "$npm_prefix/client.mjs"
+# Node resolves the SDK from the script's own folder: run copies that sit beside node_modules.
+cp tests/sdk/client.mjs tests/sdk/unlinked-server.mjs tests/sdk/unlinked-client.mjs "$npm_prefix/"
 
 cargo build --locked --bin toolmux
 bin="$target/debug/toolmux"
@@ -95,6 +98,30 @@ for mode in passthrough optimizer; do
   wait "$gateway" 2>/dev/null || true
   : > "$work/gateway.out"
 done
+
+# A backend on the TypeScript SDK's server side that asks for sampling on its standalone stream
+# (tied to no call) and opens that stream late: each new backend session's first call must wait
+# for the stream, or the backend drops its request and the call never ends.
+node "$npm_prefix/unlinked-server.mjs" > "$work/unlinked.out" 2> "$work/unlinked.out.err" &
+pids+=($!)
+unlinked_url=$(first_line "$work/unlinked.out" "the unlinked backend" | grep -o 'http://[^ ]*')
+cat > "$work/unlinked.toml" <<TOML
+[server]
+listen = "127.0.0.1:0"
+mode = "passthrough"
+[[backends]]
+name = "unlinked"
+url = "$unlinked_url"
+timeout = "5s"
+TOML
+"$bin" serve --config "$work/unlinked.toml" > "$work/gateway.out" 2> "$work/gateway.out.err" &
+gateway=$!
+pids+=($gateway)
+url=$(first_line "$work/gateway.out" "toolmux (unlinked)" | grep -o 'http://[^ ]*')
+wait_ready "$url"
+run "typescript-sdk backend asking on its standalone stream" node "$npm_prefix/unlinked-client.mjs" "$url"
+kill "$gateway"
+wait "$gateway" 2>/dev/null || true
 
 # Two replicas sharing sessions through Redis behind a round-robin balancer (tests/sdk/balancer.py):
 # each SDK's requests alternate between them, so a session made on one is rebuilt on the other.
