@@ -71,10 +71,6 @@ impl Policy for Rules {
         }
     }
 
-    fn is_open(&self) -> bool {
-        self.open
-    }
-
     fn allows(&self, caller: &Caller, backend: &str, tool: &str) -> bool {
         if self.open {
             return true;

@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod jsonrpc;
+pub mod params;
 pub mod serve;
 pub mod sessions;
 
@@ -302,6 +303,9 @@ impl Edge {
         if let Err(rejection) = jsonrpc::check(&bytes) {
             return (rejection.http_status(), axum::Json(rejection.body())).into_response();
         }
+        if let Some(refusal) = self.param_headers(&parts, &bytes) {
+            return refusal;
+        }
         if !parts.headers.contains_key(SESSION_HEADER)
             && let Some(id) = jsonrpc::initialize_id(&bytes)
         {
@@ -333,6 +337,31 @@ impl Edge {
                 chunk
             }))
         })
+    }
+
+    /// A session-less `tools/call` whose `Mcp-Param-*` headers do not match its arguments, for
+    /// the tool as the caller's own scope has it: 400 with JSON-RPC -32020 ([`params`]).
+    fn param_headers(&self, parts: &axum::http::request::Parts, bytes: &[u8]) -> Option<Response> {
+        let revision = parts.headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok())?;
+        if revision < params::FIRST_REVISION || parts.headers.contains_key(SESSION_HEADER) {
+            return None;
+        }
+        let message: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+        if message.get("method")?.as_str()? != "tools/call" {
+            return None;
+        }
+        let name = message.pointer("/params/name")?.as_str()?;
+        if self.gw.mode != crate::config::Mode::Passthrough && !self.gw.is_pinned(name) {
+            return None;
+        }
+        let caller = parts.extensions.get::<Caller>().cloned().unwrap_or_else(Caller::anonymous);
+        let scope = self.gw.scope_for(&caller);
+        let tool = scope.tool(name)?;
+        let arguments = message.pointer("/params/arguments");
+        let why = params::check(&parts.headers, arguments, &tool.tool.input_schema).err()?;
+        let body =
+            serde_json::json!({"jsonrpc": "2.0", "id": message.get("id"), "error": {"code": -32020, "message": why}});
+        Some((StatusCode::BAD_REQUEST, axum::Json(body)).into_response())
     }
 
     /// `DELETE` of a session: 404 when there is no such session (the spec's answer for any

@@ -95,12 +95,6 @@ pub trait Policy: Send + Sync + 'static {
 
     /// With [`Access::Some`]: whether `caller` may use the tool `backend` calls `tool`.
     fn allows(&self, caller: &Caller, backend: &str, tool: &str) -> bool;
-
-    /// Whether every caller may use everything: then what one caller can learn of the catalog,
-    /// any can.
-    fn is_open(&self) -> bool {
-        false
-    }
 }
 
 /// Allows every tool to every caller.
@@ -112,10 +106,6 @@ impl Policy for AllowAll {
     }
 
     fn allows(&self, _: &Caller, _: &str, _: &str) -> bool {
-        true
-    }
-
-    fn is_open(&self) -> bool {
         true
     }
 }

@@ -1,6 +1,8 @@
 //! The HTTP edge, spoken to raw: JSON-RPC errors, sessions, limits, health endpoints, and the
 //! CLI's configuration errors.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 use toolmux::app::EmbedderChoice;
 
@@ -348,5 +350,99 @@ async fn a_body_that_stops_arriving_gets_408_naming_the_limit() {
         .expect("the server answers and closes a stalled body");
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("server.body_timeout"), "{answer}");
+    app.shutdown().await;
+}
+
+/// A backend whose one tool, `region`, mirrors its `region` argument into `Mcp-Param-Region`.
+#[derive(Clone)]
+struct Regional;
+
+impl rmcp::ServerHandler for Regional {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(rmcp::model::ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _r: Option<rmcp::model::PaginatedRequestParams>,
+        _c: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let schema = json!({"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}});
+        let tool = rmcp::model::Tool::new(
+            "region",
+            "Runs in a region",
+            std::sync::Arc::new(schema.as_object().unwrap().clone()),
+        );
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![tool]))
+    }
+
+    async fn call_tool(
+        &self,
+        p: rmcp::model::CallToolRequestParams,
+        _c: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        let region = p.arguments.and_then(|a| a.get("region").cloned()).unwrap_or_default();
+        Ok(rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(format!("ran in {region}"))])
+            .into())
+    }
+}
+
+/// SEP-2243: a session-less caller's `Mcp-Param-*` headers are checked against its arguments
+/// for the tool in its own scope, under a policy that is not open too (-32020 on a mismatch); a
+/// caller without the tool gets "not found", never a header verdict that would say it exists.
+#[tokio::test]
+async fn param_headers_are_checked_for_the_callers_own_tool() {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let backend_url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let service = StreamableHttpService::new(
+        || Ok(Regional),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    tokio::spawn(async move { axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await });
+    let policy = "[[policy]]\nprincipals = [\"alice\"]\nbackends = [\"geo\"]\n";
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}{policy}{}",
+        bearer_tokens(&["alice", "bob"]),
+        http_backend_toml("geo", &backend_url)
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let post = |token: &'static str, header: Option<&'static str>| {
+        let url = url.clone();
+        async move {
+            let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                "name": "geo_region", "arguments": {"region": "eu-west"},
+                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                          "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+                          "io.modelcontextprotocol/clientCapabilities": {}}}});
+            let mut req = reqwest::Client::new()
+                .post(&url)
+                .bearer_auth(token)
+                .header("accept", ACCEPT)
+                .header("mcp-protocol-version", "2026-07-28")
+                .header("mcp-method", "tools/call")
+                .header("mcp-name", "geo_region")
+                .json(&body);
+            if let Some(h) = header {
+                req = req.header("mcp-param-region", h);
+            }
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, body) = post("alice", Some("us-east")).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("-32020") && body.contains("Mcp-Param-Region"), "{body}");
+    let (status, body) = post("alice", None).await;
+    assert!(status == 400 && body.contains("-32020") && body.contains("missing"), "{status} {body}");
+    let (status, body) = post("alice", Some("eu-west")).await;
+    assert!(status == 200 && body.contains("ran in"), "{status} {body}");
+    // Bob may not use the tool: what he hears is that it does not exist, whatever his header.
+    let (_, body) = post("bob", Some("us-east")).await;
+    assert!(!body.contains("-32020") && body.contains("not found"), "{body}");
     app.shutdown().await;
 }

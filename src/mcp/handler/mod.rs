@@ -25,7 +25,6 @@ use rmcp::model::{
     GetPromptResult, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType, ServerCapabilities, ServerConfig,
-    Tool,
 };
 use rmcp::model::{
     CancelTaskParams, CompleteRequestParams, CompleteResult, CompletionInfo, GetTaskParams, GetTaskResult, Reference,
@@ -155,24 +154,9 @@ fn session_key(context: &RequestContext<RoleServer>) -> Option<&SessionKey> {
 }
 
 impl ServerHandler for GatewayHandler {
-    /// The tool a `tools/call` names, for rmcp to check its SEP-2243 `Mcp-Param-*` headers
-    /// against the arguments (passthrough, and optimizer mode's pinned tools; the meta-tools
-    /// declare none). A session's
-    /// tool comes from its own scope. A session-less request has no caller here: its tool is
-    /// given only when the policy lets every caller use everything, so that a header check can
-    /// never tell a caller that a tool outside its scope exists (the backend, sent the same
-    /// headers, checks them then).
-    fn get_tool(&self, name: &str) -> Option<Tool> {
-        if self.gw.mode != Mode::Passthrough && !self.gw.is_pinned(name) {
-            return None;
-        }
-        let snap = match self.session.get() {
-            Some(s) => self.gw.session_snapshot(s),
-            None if self.gw.policy().is_open() => self.gw.scope_for(&Caller::anonymous()),
-            None => return None,
-        };
-        snap.tool(name).map(|t| t.tool.clone())
-    }
+    // No `get_tool`: SEP-2243's `Mcp-Param-*` headers are checked at the HTTP edge, where the
+    // caller is known, against the tool in that caller's scope (`http::params`). rmcp would ask
+    // a fresh handler, which knows no caller.
 
     fn get_info(&self) -> ServerConfig {
         let mut caps = ServerCapabilities::builder()
