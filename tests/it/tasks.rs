@@ -30,7 +30,7 @@ impl ClientHandler for Tasking {
 pub type TaskClient = RunningService<RoleClient, Tasking>;
 
 /// A 2025-11-25 session that declares tasks, as `token`'s holder.
-pub async fn session(app: &App, token: &str) -> TaskClient {
+async fn session(app: &App, token: &str) -> TaskClient {
     let url = format!("http://{}/mcp", app.addr.unwrap());
     let cfg = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_string());
     Tasking.serve(StreamableHttpClientTransport::from_config(cfg)).await.expect("client connects")

@@ -1,11 +1,13 @@
 //! Tenants stay apart, as a property: a seeded random walk drives three principals through
 //! sessions (2025-11-25) and session-less requests (2026-07-28), in passthrough and optimizer
-//! mode, over a stateful `per_client` backend and two others, with policy reloads between
-//! steps, and after every step checks what the answer may hold:
+//! mode, over a stateful `per_client` backend and two others (and again with that backend on
+//! the 2026-07-28 revision and `[groups]` on, the clients declaring groups), with policy
+//! reloads between steps, and after every step checks what the answer may hold:
 //! - no tool outside the caller's current scope (tools/list, find_tool);
 //! - no backend state but the caller's own (what `recall` returns is what this caller, in this
 //!   session or as this session-less principal, last remembered);
-//! - no task but the caller's own, and none whose tool the caller may no longer use.
+//! - no task but the caller's own, and none whose tool the caller may no longer use;
+//! - no group but of the caller's own backends, and no group's tools outside its scope.
 //!
 //! `TOOLMUX_TENANT_SEED=N` replays one walk; `TOOLMUX_TENANT_STEPS=N` makes each walk longer
 //! (CI runs a bounded number of steps). A failure prints the seed and the step.
@@ -15,13 +17,42 @@ use std::sync::Arc;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rmcp::model::{CallToolResponse, CancelTaskParams, GetTaskParams, TaskStatus};
-use rmcp::service::ServiceError;
+use rmcp::model::{
+    CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, ClientRequest, CustomRequest,
+    ExtensionCapabilities, GetTaskParams, Implementation, ServerResult, TaskStatus,
+};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 use toolmux::app::{App, EmbedderChoice};
 
 use crate::harness::*;
-use crate::tasks::{TaskClient, Tasking, session};
+
+/// A client that declares the tasks and groups extensions.
+#[derive(Clone, Default)]
+struct Tenant;
+
+impl ClientHandler for Tenant {
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = ClientCapabilities::builder().enable_tasks().build();
+        let mut extensions = caps.extensions.take().unwrap_or_else(ExtensionCapabilities::new);
+        extensions.insert("io.modelcontextprotocol/groups".into(), Default::default());
+        caps.extensions = Some(extensions);
+        ClientConfig::new(caps, Implementation::new("tenant", "1"))
+    }
+}
+
+type TaskClient = RunningService<RoleClient, Tenant>;
+
+/// The backend `kit` (testkit) as one walk has it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Variant {
+    /// 2025-11-25, a backend session per client (`per_client`), no groups.
+    Sessions,
+    /// 2026-07-28 (no backend sessions: its state is not per caller, so the walk does not
+    /// remember through it), with `[groups]` on.
+    StatelessWithGroups,
+}
 
 const PRINCIPALS: [&str; 3] = ["alice", "bob", "carol"];
 const BACKENDS: [&str; 3] = ["kit", "github", "jira"];
@@ -44,6 +75,7 @@ impl Who {
 
 struct Walk {
     mode: &'static str,
+    variant: Variant,
     base: String,
     app: App,
     rng: StdRng,
@@ -61,10 +93,16 @@ struct Walk {
 }
 
 impl Walk {
-    async fn start(mode: &'static str, seed: u64, kit: &HttpBackend, others: &[HttpBackend]) -> Self {
+    async fn start(mode: &'static str, variant: Variant, seed: u64, kit: &HttpBackend, others: &[HttpBackend]) -> Self {
         let mut base = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n");
+        if variant == Variant::StatelessWithGroups {
+            base += "[groups]\nenabled = true\n";
+        }
         base += &bearer_tokens(&PRINCIPALS);
         base += &http_backend_toml("kit", &kit.url);
+        if variant == Variant::StatelessWithGroups {
+            base += "protocol = \"2026-07-28\"\n";
+        }
         for (name, b) in ["github", "jira"].iter().zip(others) {
             base += &http_backend_toml(name, &b.url);
         }
@@ -73,6 +111,7 @@ impl Walk {
         let app = gateway(&(base.clone() + &policy(&everything)), EmbedderChoice::None).await;
         Self {
             mode,
+            variant,
             base,
             app,
             rng: StdRng::seed_from_u64(seed),
@@ -87,7 +126,7 @@ impl Walk {
     }
 
     fn at(&self) -> String {
-        format!("{} mode, seed {}, step {}", self.mode, self.seed, self.step)
+        format!("{} mode, {:?}, seed {}, step {}", self.mode, self.variant, self.seed, self.step)
     }
 
     /// A client for `who`: its session, or a new session-less connection of its principal.
@@ -95,12 +134,12 @@ impl Walk {
         match who {
             Who::Session(p, i) => {
                 if !self.sessions.contains_key(&(p, i)) {
-                    let c = session(&self.app, PRINCIPALS[p]).await;
+                    let c = open_session(&self.app, PRINCIPALS[p]).await;
                     self.sessions.insert((p, i), Arc::new(c));
                 }
                 self.sessions[&(p, i)].clone()
             }
-            Who::Sessionless(p) => Arc::new(stateless_client(&self.app, Tasking, Some(PRINCIPALS[p])).await),
+            Who::Sessionless(p) => Arc::new(stateless_client(&self.app, Tenant, Some(PRINCIPALS[p])).await),
         }
     }
 
@@ -116,8 +155,9 @@ impl Walk {
         self.step += 1;
         let who = self.pick();
         match self.rng.random_range(0..100) {
-            0..20 => self.remember(who).await,
-            20..40 => self.recall(who).await,
+            0..20 if self.variant == Variant::Sessions => self.remember(who).await,
+            20..40 if self.variant == Variant::Sessions => self.recall(who).await,
+            0..40 => self.groups(who).await,
             40..55 => self.list(who).await,
             55..65 => self.find(who).await,
             65..75 => self.make_task(who).await,
@@ -176,11 +216,41 @@ impl Walk {
         for t in tools.iter().filter(|t| !["find_tool", "call_tool"].contains(&t.name.as_ref())) {
             assert!(self.in_scope(who, &t.name), "{}: {who:?} listed {} outside its scope", self.at(), t.name);
         }
-        if self.mode == "passthrough" {
+        // (A client of groups lists only the top-level tools: none are configured.)
+        if self.mode == "passthrough" && self.variant == Variant::Sessions {
             let backends: BTreeSet<&str> =
                 tools.iter().filter_map(|t| t.name.split_once('_')).map(|(b, _)| b).collect();
             let allowed: BTreeSet<&str> = self.allowed[who.principal()].iter().copied().collect();
             assert_eq!(backends, allowed, "{}: {who:?} lists every backend of its scope", self.at());
+        }
+    }
+
+    /// `groups/list`: exactly the caller's backends; `groups/get` of one: its tools, all in
+    /// scope, or, for a backend outside it, the same error as a group that does not exist.
+    async fn groups(&mut self, who: Who) {
+        let c = self.client(who).await;
+        let listed =
+            custom(&c, "groups/list", json!({})).await.unwrap_or_else(|e| panic!("{}: groups/list: {e}", self.at()));
+        let names: BTreeSet<String> =
+            listed["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap().to_string()).collect();
+        let allowed: BTreeSet<String> = self.allowed[who.principal()].iter().map(|b| b.to_string()).collect();
+        assert_eq!(names, allowed, "{}: {who:?} lists groups of its own backends only", self.at());
+        let backend = BACKENDS[self.rng.random_range(0..BACKENDS.len())];
+        match custom(&c, "groups/get", json!({"name": backend})).await {
+            Ok(group) => {
+                assert!(allowed.contains(backend), "{}: {who:?} got group {backend} outside its scope", self.at());
+                for t in group["contents"]["tools"].as_array().unwrap() {
+                    let name = t["name"].as_str().unwrap();
+                    assert!(self.in_scope(who, name), "{}: {who:?} got {name} outside its scope", self.at());
+                }
+            }
+            Err(ServiceError::McpError(e)) => {
+                assert!(!allowed.contains(backend), "{}: {who:?} refused its own group {backend}: {e:?}", self.at());
+                // Resource not found: -32002, which rmcp answers 2026-07-28 callers as -32602.
+                let expected = if matches!(who, Who::Session(..)) { -32002 } else { -32602 };
+                assert_eq!(e.code.0, expected, "{}: {who:?}, like a group that does not exist", self.at());
+            }
+            Err(e) => panic!("{}: groups/get: {e}", self.at()),
         }
     }
 
@@ -306,6 +376,23 @@ fn policy(allowed: &[BTreeSet<&'static str>; 3]) -> String {
     toml
 }
 
+async fn open_session(app: &App, token: &str) -> TaskClient {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let cfg = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_string());
+    Tenant.serve(StreamableHttpClientTransport::from_config(cfg)).await.expect("client connects")
+}
+
+/// A request of the groups extension, as the client sends it.
+async fn custom(c: &TaskClient, method: &str, params: Value) -> Result<Value, ServiceError> {
+    let request = ClientRequest::CustomRequest(CustomRequest::new(method, Some(params)));
+    match c.peer().send_request(request).await? {
+        ServerResult::CustomResult(r) => Ok(r.0),
+        other => panic!("{method}: {other:?}"),
+    }
+}
+
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -321,9 +408,14 @@ async fn tenants_stay_apart_on_a_random_walk() {
     let others = [http_backend("github").await, http_backend("jira").await];
     let mut total = 0;
     for seed in seeds {
-        for mode in ["passthrough", "optimizer"] {
-            println!("tenant walk: {mode} mode, seed {seed} (replay with TOOLMUX_TENANT_SEED={seed})");
-            let mut walk = Walk::start(mode, seed, &kit, &others).await;
+        for (mode, variant) in [
+            ("passthrough", Variant::Sessions),
+            ("optimizer", Variant::Sessions),
+            ("passthrough", Variant::StatelessWithGroups),
+            ("optimizer", Variant::StatelessWithGroups),
+        ] {
+            println!("tenant walk: {mode} mode, {variant:?}, seed {seed} (replay with TOOLMUX_TENANT_SEED={seed})");
+            let mut walk = Walk::start(mode, variant, seed, &kit, &others).await;
             for _ in 0..steps {
                 walk.step().await;
             }
