@@ -35,7 +35,7 @@ struct Tenant;
 impl ClientHandler for Tenant {
     fn get_info(&self) -> ClientConfig {
         let mut caps = ClientCapabilities::builder().enable_tasks().build();
-        let mut extensions = caps.extensions.take().unwrap_or_else(ExtensionCapabilities::new);
+        let mut extensions = caps.extensions.take().unwrap_or_default();
         extensions.insert("io.modelcontextprotocol/groups".into(), Default::default());
         caps.extensions = Some(extensions);
         ClientConfig::new(caps, Implementation::new("tenant", "1"))
