@@ -18,8 +18,8 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rmcp::model::{
-    CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, ClientRequest, CustomRequest,
-    ExtensionCapabilities, GetTaskParams, Implementation, ServerResult, TaskStatus,
+    CallToolResponse, CancelTaskParams, ClientCapabilities, ClientConfig, ClientRequest, CustomRequest, GetTaskParams,
+    Implementation, ServerResult, TaskStatus,
 };
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::{ClientHandler, ServiceExt};
