@@ -388,6 +388,11 @@ impl Gateway {
             handle.set_peer(peer);
         }
         self.registry.bind(id, &handle);
+        if let Some(id) = id {
+            let owner = super::tasks::Owner::new(&caller.principal, Some(id));
+            let ending = end_tasks_with_session(Arc::downgrade(self), handle.ended(), owner, id.to_string());
+            tokio::spawn(ending);
+        }
         let stop = [self.ct.clone(), handle.ended()];
         tokio::spawn(resync_worker(Arc::downgrade(self), Arc::downgrade(&handle), rx, notices, stop));
         handle
@@ -511,6 +516,41 @@ async fn resync_worker(
             } else if peer.is_transport_closed() {
                 return;
             }
+        }
+    }
+}
+
+/// When a session ends, the tasks it made end too: nobody can follow them any more (a task is
+/// its session's alone). Each is forgotten here and in the shared store, and cancelled at its
+/// backend where the gateway holds the connection it lives on (a `shared` backend's); a task
+/// on the session's own backend session ends with that backend session. Not while the session
+/// lives on elsewhere: handed to another replica (a stop with sessions shared), or still in the
+/// shared store (only this replica's copy ended).
+async fn end_tasks_with_session(
+    gw: std::sync::Weak<Gateway>,
+    ended: CancellationToken,
+    owner: super::tasks::Owner,
+    session: String,
+) {
+    ended.cancelled().await;
+    let Some(gw) = gw.upgrade() else { return };
+    if gw.upstream.keep_sessions.load(Ordering::Acquire) {
+        return;
+    }
+    if let Some(store) = gw.shared_sessions()
+        && !matches!(store.fetch(&session).await, Ok(None))
+    {
+        return;
+    }
+    for (id, route) in gw.tasks.take_owned(&owner) {
+        if let Some(store) = gw.shared_sessions() {
+            let _ = store.forget_task(&id).await;
+        }
+        let Some(backend) = gw.upstream.get(&route.backend).filter(|b| !b.per_client()) else { continue };
+        let Ok(link) = backend.shared_link() else { continue };
+        let params = rmcp::model::CancelTaskParams::new(route.upstream);
+        if let Err(e) = backend.cancel_task(&link, params, &CancellationToken::new()).await {
+            tracing::debug!(backend = backend.name(), error = %e, "an ended session's task could not be cancelled");
         }
     }
 }

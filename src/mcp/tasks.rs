@@ -201,6 +201,13 @@ impl TaskRoutes {
         Some(r.clone())
     }
 
+    /// Forgets every task `owner` made, and hands them back (its session ended).
+    pub fn take_owned(&self, owner: &Owner) -> Vec<(String, Route)> {
+        let mut t = self.inner.lock().expect("task routes lock");
+        let ids: Vec<String> = t.routes.iter().filter(|(_, r)| r.owner == *owner).map(|(id, _)| id.clone()).collect();
+        ids.into_iter().filter_map(|id| t.remove(&id).map(|r| (id, r))).collect()
+    }
+
     /// Forgets task `id` (its owner may no longer use it).
     pub fn forget(&self, id: &str) {
         self.inner.lock().expect("task routes lock").remove(id);

@@ -210,6 +210,27 @@ return next
 /// session is then not shared, or is read from the store again), and none is thrown away.
 const HANDOVER_LIMIT: usize = 4096;
 
+/// Task routes stored for one principal, at most (see [`SharedSessions::put_task`]).
+const TASKS_PER_PRINCIPAL: usize = 1024;
+/// How long an owner's set of routes outlives its last write: the longest a route lives.
+const OWNER_SET_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Stores a task route and counts it in its owner's set, scored by when it expires: expired
+/// entries leave the set, and past the bound the entries that expire first go, keys and all.
+/// KEYS: the route's key, the owner's set. ARGV: value, ttl ms, now ms, expiry ms, bound, the
+/// set's own lifetime ms.
+const PUT_TASK: &str = r#"
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[4], KEYS[1])
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[5])
+if over > 0 then
+  local gone = redis.call('ZPOPMIN', KEYS[2], over)
+  for i = 1, #gone, 2 do redis.call('DEL', gone[i]) end
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[6])
+"#;
+
 impl SharedSessions {
     /// Connects lazily: the gateway starts, and serves, while Redis is down.
     pub fn new(cfg: &RedisConfig, ttl: Duration) -> anyhow::Result<Arc<Self>> {
@@ -645,10 +666,36 @@ impl SharedSessions {
     }
 
     /// Stores a relayed task's route (`value`, opaque here) for `ttl`, for the replicas that
-    /// did not create it (see `mcp::tasks`).
-    pub async fn put_task(&self, id: &str, value: &str, ttl: Duration) -> Result<(), Unreachable> {
+    /// did not create it (see `mcp::tasks`), counted against its owner `principal`: past
+    /// [`TASKS_PER_PRINCIPAL`] routes stored, that principal's routes that expire first are
+    /// dropped, so one principal can fill neither the store nor anyone else's share of it.
+    pub async fn put_task(&self, id: &str, value: &str, ttl: Duration, principal: &str) -> Result<(), Unreachable> {
         let ms = ttl.as_millis().clamp(1, i64::MAX as u128) as u64;
-        self.run::<()>(redis::pipe().set(self.task_key(id), value).arg("PX").arg(ms).ignore()).await
+        let now = SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let owner = format!(
+            "{}task-owner:{}",
+            self.prefix,
+            base16ct::lower::encode_string(&Sha256::digest(principal.as_bytes()))
+        );
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(PUT_TASK)
+            .arg(2)
+            .arg(self.task_key(id))
+            .arg(owner)
+            .arg(value)
+            .arg(ms)
+            .arg(now)
+            .arg(now.saturating_add(ms))
+            .arg(TASKS_PER_PRINCIPAL)
+            .arg(OWNER_SET_TTL.as_millis() as u64)
+            .ignore();
+        self.run::<()>(&pipe).await
+    }
+
+    /// Routes stored for one principal's tasks in the store, at most.
+    pub fn tasks_per_principal(&self) -> usize {
+        TASKS_PER_PRINCIPAL
     }
 
     /// Forgets a task route everywhere (its owner may no longer use it).

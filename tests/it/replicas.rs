@@ -952,3 +952,31 @@ async fn a_task_is_followed_through_any_replica() {
     let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut c).await.unwrap();
     assert!(ttl > 0, "the route is stored with an expiry ({ttl})");
 }
+
+/// Task routes in the store are bounded per principal: one principal past the bound gives up its
+/// own routes that expire first, keys and all, and another's are untouched.
+#[tokio::test]
+async fn stored_task_routes_are_bounded_per_principal() {
+    use toolmux::config::RedisConfig;
+    let redis = Redis::start().await;
+    let cfg = RedisConfig {
+        url: redis.url(),
+        key_prefix: "toolmux:".into(),
+        timeout: Duration::from_secs(2),
+        tls_ca: None,
+        seal_key: None,
+    };
+    let store = toolmux::session::shared::SharedSessions::new(&cfg, Duration::from_secs(600)).unwrap();
+    let bound = store.tasks_per_principal();
+    store.put_task("tmx-alice", "{}", Duration::from_secs(3600), "alice").await.unwrap();
+    for i in 0..bound + 10 {
+        // Later ones live longer: the first ten expire first, and go.
+        store.put_task(&format!("tmx-m{i}"), "{}", Duration::from_secs(60 + i as u64), "mallory").await.unwrap();
+    }
+    assert!(store.fetch_task("tmx-alice").await.unwrap().is_some(), "alice's route stays");
+    assert!(store.fetch_task("tmx-m0").await.unwrap().is_none() && store.fetch_task("tmx-m9").await.unwrap().is_none());
+    assert!(store.fetch_task("tmx-m10").await.unwrap().is_some());
+    let mut c = redis.client().get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("toolmux:task:*").query_async(&mut c).await.unwrap();
+    assert_eq!(keys.len(), bound + 1, "mallory's bound and alice's one");
+}

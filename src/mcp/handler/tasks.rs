@@ -63,7 +63,7 @@ impl GatewayHandler {
     async fn share_route(&self, id: &str, route: &Route) {
         if let Some(store) = self.gw.shared_sessions() {
             let value = serde_json::to_string(route).expect("a task route serialises");
-            if let Err(e) = store.put_task(id, &value, route.remaining()).await {
+            if let Err(e) = store.put_task(id, &value, route.remaining(), &route.owner.principal).await {
                 tracing::warn!(error = %e.0, "a task's route could not be shared: only this replica can answer for it");
             }
         }
