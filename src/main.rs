@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -159,6 +160,37 @@ enum ToolsAction {
 }
 
 /// The ledger file a configuration names, or an error saying which key to set.
+/// The replicas' shared ledger (`[sessions] store = "redis"`) and its store; `None` without one.
+async fn shared_ledger_store(
+    file: &std::path::Path,
+) -> anyhow::Result<Option<(toolmux::catalog::ledger::Ledger, Arc<toolmux::session::shared::SharedSessions>)>> {
+    let c = Config::load(file)?;
+    let toolmux::config::SessionStore::Redis(redis) = &c.sessions.store else { return Ok(None) };
+    let store = toolmux::session::shared::SharedSessions::new(redis, c.server.limits.session_idle_timeout)?;
+    let (accepted, held) = store.ledger_fields().await.map_err(|e| anyhow::anyhow!("the session store: {}", e.0))?;
+    Ok(Some((toolmux::catalog::ledger::Ledger::from_fields(&accepted, &held), store)))
+}
+
+async fn shared_ledger(file: &std::path::Path) -> anyhow::Result<Option<toolmux::catalog::ledger::Ledger>> {
+    Ok(shared_ledger_store(file).await?.map(|(l, _)| l))
+}
+
+/// Accepts held versions in the replicas' shared ledger; none without one.
+async fn accept_shared(
+    file: &std::path::Path,
+    backend: Option<&str>,
+    tool: Option<&str>,
+) -> anyhow::Result<Vec<(String, String)>> {
+    let Some((before, store)) = shared_ledger_store(file).await? else { return Ok(Vec::new()) };
+    let mut after = before.clone();
+    let done = after.accept(backend, tool);
+    store
+        .ledger_write(&after.writes_since(&before))
+        .await
+        .map_err(|e| anyhow::anyhow!("the session store: {}", e.0))?;
+    Ok(done)
+}
+
 fn ledger_path(file: &std::path::Path) -> anyhow::Result<PathBuf> {
     let c = Config::load(file)?;
     c.health
@@ -290,7 +322,16 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tools { action: ToolsAction::Held { config } } => {
-            let held = toolmux::store::integrity::held_in_file(&ledger_path(&config)?)?;
+            let mut held = toolmux::store::integrity::held_in_file(&ledger_path(&config)?)?;
+            // With replicas, what any of them holds.
+            if let Some(shared) = shared_ledger(&config).await? {
+                for (b, t, digest, _) in shared.held() {
+                    let entry = (b.to_string(), t.to_string(), digest.to_string());
+                    if !held.contains(&entry) {
+                        held.push(entry);
+                    }
+                }
+            }
             if held.is_empty() {
                 println!("no tool versions held back");
             }
@@ -301,7 +342,13 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Tools { action: ToolsAction::Accept { config, backend, tool } } => {
             let path = ledger_path(&config)?;
-            let accepted = toolmux::store::integrity::accept_in_file(&path, backend.as_deref(), tool.as_deref())?;
+            let mut accepted = toolmux::store::integrity::accept_in_file(&path, backend.as_deref(), tool.as_deref())?;
+            // With replicas, the shared ledger decides for all of them.
+            for shared in accept_shared(&config, backend.as_deref(), tool.as_deref()).await? {
+                if !accepted.contains(&shared) {
+                    accepted.push(shared);
+                }
+            }
             if accepted.is_empty() {
                 println!("nothing held back matched; nothing accepted");
             } else {

@@ -330,8 +330,9 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
         // Read before the listings: ready means the index covers every backend's first answer.
         let backends = gw.upstream.backends();
         let settled = backends.iter().all(|b| settled(&gw, b));
-        // Each listing as the tool ledger lets it through: changes recorded, and held back when
-        // tools are frozen.
+        // Each listing as the tool ledger lets it through (the replicas' shared one taken first):
+        // changes recorded, and held back when tools are frozen.
+        share_ledger(&gw).await;
         let listings: Vec<_> = backends
             .iter()
             .map(|b| {
@@ -362,10 +363,29 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
         if scopes_changed || !gw.health.enabled() {
             gw.scopes_changed();
         }
+        // What this pass saw first reaches the other replicas.
+        share_ledger(&gw).await;
         if !gw.is_ready() && settled {
             gw.set_ready();
             tracing::info!(tools = gw.store.current().catalog.len(), "ready");
         }
+    }
+}
+
+/// Trades tool-ledger entries with the other replicas (`[sessions] store = "redis"`): their
+/// baselines and decisions are taken, this replica's new ones written (a baseline only where no
+/// replica set one first). With the store unreachable each replica goes by its own ledger.
+async fn share_ledger(gw: &Gateway) {
+    let Some(store) = gw.shared_sessions() else { return };
+    let writes = match store.ledger_fields().await {
+        Ok((accepted, held)) => gw.integrity.sync_with(&accepted, &held),
+        Err(e) => {
+            tracing::warn!(error = %e.0, "the shared tool ledger could not be read: this replica goes by its own");
+            return;
+        }
+    };
+    if let Err(e) = store.ledger_write(&writes).await {
+        tracing::warn!(error = %e.0, "the shared tool ledger could not be written");
     }
 }
 

@@ -305,6 +305,136 @@ impl Ledger {
     }
 }
 
+/// A change to the replicas' shared copy of the ledger (`[sessions] store = "redis"`): one
+/// entry per (backend, tool) in an accepted and a held map, as JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// A first-seen version: kept only if no replica set one first (a baseline is never
+    /// overwritten by another replica's).
+    Baseline {
+        field: String,
+        json: String,
+    },
+    /// An accepted version that replaces the one before (a change served unfrozen, or one an
+    /// operator accepted).
+    Accept {
+        field: String,
+        json: String,
+    },
+    Hold {
+        field: String,
+        json: String,
+    },
+    Unhold {
+        field: String,
+    },
+}
+
+/// The shared maps' key for `tool` of `backend`.
+pub fn field(backend: &str, tool: &str) -> String {
+    format!("{backend}\u{1f}{tool}")
+}
+
+impl Ledger {
+    /// The shared copy, from its two maps (entries that do not parse are skipped).
+    pub fn from_fields(accepted: &[(String, String)], held: &[(String, String)]) -> Self {
+        let mut out = Ledger::default();
+        for (map, held) in [(accepted, false), (held, true)] {
+            for (f, json) in map {
+                let Some((backend, tool)) = f.split_once('\u{1f}') else { continue };
+                let known = out.backends.entry(backend.to_string()).or_default();
+                if tool == SERVER_TEXT {
+                    let Ok(text) = serde_json::from_str::<ServerText>(json) else { continue };
+                    *if held { &mut known.held_server } else { &mut known.server } = Some(text);
+                } else if let Ok(v) = serde_json::from_str::<Version>(json) {
+                    (if held { &mut known.held } else { &mut known.accepted }).insert(tool.to_string(), v);
+                }
+            }
+        }
+        out
+    }
+
+    /// Takes what the replicas share: their accepted versions win over this one's (a baseline
+    /// another replica set first, a change an operator accepted), and what they hold is held
+    /// here too unless it is accepted. Returns whether anything changed here.
+    pub fn adopt(&mut self, shared: &Ledger) -> bool {
+        let before = self.clone();
+        for (backend, theirs) in &shared.backends {
+            let mine = self.backends.entry(backend.clone()).or_default();
+            for (tool, v) in &theirs.accepted {
+                if mine.held.get(tool).is_some_and(|h| h.digest == v.digest) {
+                    mine.held.remove(tool);
+                }
+                mine.accepted.insert(tool.clone(), v.clone());
+            }
+            for (tool, v) in &theirs.held {
+                if mine.accepted.get(tool).is_none_or(|a| a.digest != v.digest) {
+                    mine.held.entry(tool.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            if let Some(text) = &theirs.server {
+                if mine.held_server.as_ref().is_some_and(|h| h.digest == text.digest) {
+                    mine.held_server = None;
+                }
+                mine.server = Some(text.clone());
+            }
+            if mine.held_server.is_none()
+                && let Some(text) =
+                    theirs.held_server.as_ref().filter(|h| mine.server.as_ref().is_none_or(|s| s.digest != h.digest))
+            {
+                mine.held_server = Some(text.clone());
+            }
+        }
+        *self != before
+    }
+
+    /// What the shared copy lacks of this one.
+    pub fn writes_since(&self, shared: &Ledger) -> Vec<Write> {
+        let mut out = Vec::new();
+        let empty = BackendTools::default();
+        for (backend, mine) in &self.backends {
+            let theirs = shared.backends.get(backend).unwrap_or(&empty);
+            for (tool, v) in &mine.accepted {
+                let field = field(backend, tool);
+                match theirs.accepted.get(tool) {
+                    None => out.push(Write::Baseline { field, json: json(v) }),
+                    Some(t) if t.digest != v.digest => out.push(Write::Accept { field, json: json(v) }),
+                    Some(_) => {}
+                }
+            }
+            for (tool, v) in &mine.held {
+                if theirs.held.get(tool).is_none_or(|t| t.digest != v.digest) {
+                    out.push(Write::Hold { field: field(backend, tool), json: json(v) });
+                }
+            }
+            for tool in theirs.held.keys().filter(|t| !mine.held.contains_key(*t)) {
+                out.push(Write::Unhold { field: field(backend, tool) });
+            }
+            let field = field(backend, SERVER_TEXT);
+            match (&mine.server, &theirs.server) {
+                (Some(v), None) => out.push(Write::Baseline { field: field.clone(), json: json(v) }),
+                (Some(v), Some(t)) if t.digest != v.digest => {
+                    out.push(Write::Accept { field: field.clone(), json: json(v) })
+                }
+                _ => {}
+            }
+            match (&mine.held_server, &theirs.held_server) {
+                (Some(v), t) if t.as_ref().is_none_or(|t| t.digest != v.digest) => {
+                    out.push(Write::Hold { field, json: json(v) })
+                }
+                (None, Some(_)) => out.push(Write::Unhold { field }),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// A version or a server text as the shared maps hold it.
+fn json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("a ledger entry serialises")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,5 +567,69 @@ mod tests {
         // Not frozen: served and recorded.
         let (served, event, _) = l.observe_server("kit", Some("Other"), None, OPEN, 4);
         assert_eq!((served.unwrap().instructions.as_deref(), event.is_some()), (Some("Other"), true));
+    }
+
+    #[test]
+    fn replicas_share_baselines_and_decisions_and_never_drop_each_others() {
+        // Replica A sees kit first; B starts later, with a backend that has changed meanwhile.
+        let mut a = Ledger::default();
+        a.observe("kit", &[tool("echo", "Echo")], TRUSTING, 1);
+        let mut shared = Ledger::default();
+        let writes = a.writes_since(&shared);
+        assert!(matches!(&writes[0], Write::Baseline { field: f, .. } if f == &field("kit", "echo")));
+        shared = apply(&shared, &writes);
+        let mut b = Ledger::default();
+        assert!(b.adopt(&shared));
+        let o = b.observe("kit", &[tool("echo", "Evil")], TRUSTING, 2);
+        assert_eq!(names(&o.served), [("echo".into(), "Echo".into())], "B serves A's baseline, frozen");
+        assert_eq!(o.events[0].kind, Kind::Changed);
+        // B's hold reaches the shared copy; A, adopting it, holds it too.
+        let writes = b.writes_since(&shared);
+        assert!(writes.iter().any(|w| matches!(w, Write::Hold { .. })));
+        assert!(!writes.iter().any(|w| matches!(w, Write::Baseline { .. } | Write::Accept { .. })), "{writes:?}");
+        shared = apply(&shared, &writes);
+        a.adopt(&shared);
+        assert_eq!(a.held().count(), 1);
+        // An operator accepts it in the shared copy: both serve it.
+        let mut operator = shared.clone();
+        operator.accept(Some("kit"), None);
+        shared = apply(&shared, &operator.writes_since(&shared));
+        for l in [&mut a, &mut b] {
+            l.adopt(&shared);
+            assert_eq!(
+                names(&l.observe("kit", &[tool("echo", "Evil")], TRUSTING, 3).served),
+                [("echo".into(), "Evil".into())]
+            );
+        }
+    }
+
+    /// The shared maps after `writes`, as the store applies them (a baseline only if absent).
+    fn apply(shared: &Ledger, writes: &[Write]) -> Ledger {
+        let (mut accepted, mut held): (BTreeMap<String, String>, BTreeMap<String, String>) = Default::default();
+        for w in shared.writes_since(&Ledger::default()) {
+            match w {
+                Write::Baseline { field, json } | Write::Accept { field, json } => accepted.insert(field, json),
+                Write::Hold { field, json } => held.insert(field, json),
+                Write::Unhold { .. } => None,
+            };
+        }
+        for w in writes {
+            match w.clone() {
+                Write::Baseline { field, json } => {
+                    accepted.entry(field).or_insert(json);
+                }
+                Write::Accept { field, json } => {
+                    accepted.insert(field, json);
+                }
+                Write::Hold { field, json } => {
+                    held.insert(field, json);
+                }
+                Write::Unhold { field } => {
+                    held.remove(&field);
+                }
+            }
+        }
+        let pairs = |m: BTreeMap<String, String>| m.into_iter().collect::<Vec<_>>();
+        Ledger::from_fields(&pairs(accepted), &pairs(held))
     }
 }

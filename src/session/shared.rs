@@ -210,6 +210,9 @@ return next
 /// session is then not shared, or is read from the store again), and none is thrown away.
 const HANDOVER_LIMIT: usize = 4096;
 
+/// The shared tool ledger's accepted and held maps, as (field, JSON) pairs.
+pub type LedgerFields = (Vec<(String, String)>, Vec<(String, String)>);
+
 /// Task routes stored for one principal, at most (see [`SharedSessions::put_task`]).
 const TASKS_PER_PRINCIPAL: usize = 1024;
 /// How long an owner's set of routes outlives its last write: the longest a route lives.
@@ -696,6 +699,33 @@ impl SharedSessions {
     /// Routes stored for one principal's tasks in the store, at most.
     pub fn tasks_per_principal(&self) -> usize {
         TASKS_PER_PRINCIPAL
+    }
+
+    /// The replicas' shared tool ledger: its accepted and held maps (see `catalog::ledger`).
+    pub async fn ledger_fields(&self) -> Result<LedgerFields, Unreachable> {
+        let mut pipe = redis::pipe();
+        pipe.hgetall(format!("{}ledger:accepted", self.prefix)).hgetall(format!("{}ledger:held", self.prefix));
+        self.run::<LedgerFields>(&pipe).await
+    }
+
+    /// Writes what this replica's ledger adds to the shared one: a baseline only where no
+    /// replica set one first.
+    pub async fn ledger_write(&self, writes: &[crate::catalog::ledger::Write]) -> Result<(), Unreachable> {
+        use crate::catalog::ledger::Write;
+        if writes.is_empty() {
+            return Ok(());
+        }
+        let (accepted, held) = (format!("{}ledger:accepted", self.prefix), format!("{}ledger:held", self.prefix));
+        let mut pipe = redis::pipe();
+        for w in writes {
+            match w {
+                Write::Baseline { field, json } => pipe.hset_nx(&accepted, field, json).ignore(),
+                Write::Accept { field, json } => pipe.hset(&accepted, field, json).ignore(),
+                Write::Hold { field, json } => pipe.hset(&held, field, json).ignore(),
+                Write::Unhold { field } => pipe.hdel(&held, field).ignore(),
+            };
+        }
+        self.run::<()>(&pipe).await
     }
 
     /// Forgets a task route everywhere (its owner may no longer use it).

@@ -16,7 +16,7 @@ use anyhow::Context;
 use rmcp::model::Tool;
 use serde::Serialize;
 
-use crate::catalog::ledger::{Event, Kind, Ledger, Rules};
+use crate::catalog::ledger::{Event, Kind, Ledger, Rules, Write};
 
 /// What a server says of itself: its instructions and its description.
 pub type SelfDescription = (Option<String>, Option<String>);
@@ -242,6 +242,18 @@ impl Integrity {
         if let Err(e) = saved {
             tracing::error!(error = %format!("{e:#}"), "the tool ledger could not be saved; it is kept in memory");
         }
+    }
+
+    /// Takes the replicas' shared ledger (`[sessions] store = "redis"`): what they accepted
+    /// wins here, what they hold is held here too. Returns what the shared ledger lacks of this
+    /// one, to write there, and keeps the file up to date.
+    pub fn sync_with(&self, accepted: &[(String, String)], held: &[(String, String)]) -> Vec<Write> {
+        let shared = Ledger::from_fields(accepted, held);
+        let mut ledger = self.ledger.lock().expect("ledger lock");
+        if ledger.adopt(&shared) {
+            self.save(&ledger);
+        }
+        ledger.writes_since(&shared)
     }
 
     /// Reads the file again (after an operator accepted changes in it); the catalog then takes

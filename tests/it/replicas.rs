@@ -980,3 +980,65 @@ async fn stored_task_routes_are_bounded_per_principal() {
     let keys: Vec<String> = redis::cmd("KEYS").arg("toolmux:task:*").query_async(&mut c).await.unwrap();
     assert_eq!(keys.len(), bound + 1, "mallory's bound and alice's one");
 }
+
+/// With tools frozen, the replicas share one ledger: a replica started after a backend changed
+/// serves the version another replica accepted first (not what the backend says now), each
+/// holds the change, and an operator's acceptance (`toolmux tools accept`, then a reload)
+/// reaches every replica.
+#[tokio::test]
+async fn replicas_share_the_tool_ledger() {
+    let redis = Redis::start().await;
+    let kit = http_backend("testkit").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = |name: &str| {
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
+             [health]\ninterval = \"1s\"\nfreeze_tools = true\ntrust_first_listing = true\ntool_ledger = {:?}\n\
+             [sessions]\nstore = \"redis\"\nredis_url = \"{}\"\n{}",
+            dir.path().join(format!("{name}.ledger")),
+            redis.url(),
+            http_backend_toml("kit", &kit.url)
+        );
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, &toml).unwrap();
+        (toml, path)
+    };
+    let description = |peer: rmcp::service::Peer<rmcp::service::RoleClient>| async move {
+        let tools = peer.list_all_tools().await.unwrap();
+        tools.into_iter().find(|t| t.name == "kit_echo").and_then(|t| t.description).unwrap_or_default().to_string()
+    };
+    let (toml_a, path_a) = config("a");
+    let a = gateway(&toml_a, toolmux::app::EmbedderChoice::None).await;
+    let (on_a, _) = client(&a).await;
+    let first = description(on_a.peer().clone()).await;
+    call(&on_a, "kit_set_description", json!({"tool": "echo", "description": "Changed behind A's back"})).await;
+    assert!(
+        eventually(Duration::from_secs(30), || async {
+            serde_json::to_value(a.gateway.status()).unwrap()["integrity"]["held"]
+                .as_array()
+                .is_some_and(|h| !h.is_empty())
+        })
+        .await
+    );
+    // B starts now, with a ledger file of its own that has never seen kit.
+    let (toml_b, _) = config("b");
+    let b = gateway(&toml_b, toolmux::app::EmbedderChoice::None).await;
+    let (on_b, _) = client(&b).await;
+    assert_eq!(description(on_b.peer().clone()).await, first, "B serves A's baseline, not the backend's change");
+    let held = serde_json::to_value(b.gateway.status()).unwrap()["integrity"]["held"].clone();
+    assert_eq!(held[0]["tool"], "echo", "{held}");
+    // The operator accepts it once, in the shared ledger; a reload of each replica serves it.
+    let out = std::process::Command::new(BIN)
+        .args(["tools", "accept", "--config", path_a.to_str().unwrap(), "--backend", "kit"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (app, toml, c) in [(&a, &toml_a, &on_a), (&b, &toml_b, &on_b)] {
+        app.reload(toolmux::config::Config::parse(toml).unwrap()).await;
+        let served = eventually(Duration::from_secs(30), || async {
+            description(c.peer().clone()).await == "Changed behind A's back"
+        })
+        .await;
+        assert!(served, "accepted once, served by every replica");
+    }
+}
