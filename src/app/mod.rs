@@ -117,14 +117,19 @@ impl App {
         };
         let dim = embedder.as_ref().map(|e| e.dim());
         let store = Arc::new(Store::new(embedder, vector_cache));
-        // What find_tool learns from use: in optimizer mode, where there is a find_tool.
+        // What find_tool learns from use: in optimizer mode, where there is a find_tool. With
+        // replicas the store keeps it (see `share_learned`), not a file.
+        let replicated = opts.http && matches!(config.sessions.store, crate::config::SessionStore::Redis(_));
+        let mut learned = None;
         if let (Some(dim), Mode::Optimizer) = (dim, config.server.mode) {
             let opt = &config.optimizer;
-            let learned = Arc::new(Learned::open(opt.learning, dim, opt.learning_file.clone()));
-            store.set_learned(learned.clone());
-            if opt.learning_file.is_some() {
-                tasks.spawn(keep_learned(learned, ct.clone()));
+            let file = opt.learning_file.clone().filter(|_| !replicated);
+            let l = Arc::new(Learned::open(opt.learning, dim, file.clone()));
+            store.set_learned(l.clone());
+            if file.is_some() {
+                tasks.spawn(keep_learned(l.clone(), ct.clone()));
             }
+            learned = Some(l);
         }
         let rules = crate::catalog::ledger::Rules {
             frozen: config.health.freeze_tools,
@@ -176,6 +181,9 @@ impl App {
         {
             let shared = SharedSessions::new(redis, config.server.limits.session_idle_timeout)?;
             tasks.spawn(shared.clone().run_write_through(ct.child_token()));
+            if let Some(learned) = learned.filter(|l| l.is_enabled()) {
+                tasks.spawn(share_learned(learned, shared.clone(), ct.child_token()));
+            }
             gateway.share_sessions(shared);
         }
         let addr = if opts.http {
@@ -276,6 +284,52 @@ impl App {
             tracing::warn!("some tasks did not stop within {DRAIN:?}");
         }
         self.gateway.upstream.children().terminate_all(CHILD_GRACE).await;
+    }
+}
+
+/// How often a replica reads the labels the others (and it) added to the store.
+const LABELS_READ_EVERY: Duration = Duration::from_secs(1);
+
+/// Shares what find_tool learns with the other replicas: labels made here go to the store's
+/// stream, and every label in the stream, this replica's own included, is applied in the
+/// stream's order, so every replica ranks a request the same way (within a second). A label
+/// that cannot be written is applied here alone. A replica started later learns from the
+/// labels the stream still keeps.
+async fn share_learned(learned: Arc<Learned>, store: Arc<SharedSessions>, ct: CancellationToken) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let salt = loop {
+        match store.learned_salt(rand::random()).await {
+            Ok(salt) => break salt,
+            Err(e) => tracing::debug!(error = %e.0, "the store is not answering: find_tool learns here until it does"),
+        }
+        tokio::select! {
+            _ = ct.cancelled() => return,
+            _ = tokio::time::sleep(LABELS_READ_EVERY) => {}
+        }
+    };
+    learned.share(salt, tx);
+    let mut after = "0".to_string();
+    let mut tick = tokio::time::interval(LABELS_READ_EVERY);
+    loop {
+        tokio::select! {
+            _ = ct.cancelled() => return,
+            Some(label) = rx.recv() => {
+                if let Err(e) = store.add_label(&label).await {
+                    tracing::warn!(error = %e.0, "a find_tool label could not be shared: applied on this replica only");
+                    learned.apply(&label);
+                }
+            }
+            _ = tick.tick() => {
+                // Read until caught up (a batch is at most 512 labels).
+                while let Ok((labels, last)) = store.labels_after(&after).await {
+                    labels.iter().for_each(|l| learned.apply(l));
+                    after = last;
+                    if labels.len() < 512 {
+                        break;
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -213,6 +213,10 @@ const HANDOVER_LIMIT: usize = 4096;
 /// The shared tool ledger's accepted and held maps, as (field, JSON) pairs.
 pub type LedgerFields = (Vec<(String, String)>, Vec<(String, String)>);
 
+/// find_tool labels kept in the replicas' stream (about 800 bytes each): a replica started
+/// later learns from these.
+const LABELS_KEPT: usize = 20_000;
+
 /// Task routes stored for one principal, at most (see [`SharedSessions::put_task`]).
 const TASKS_PER_PRINCIPAL: usize = 1024;
 /// How long an owner's set of routes outlives its last write: the longest a route lives.
@@ -726,6 +730,57 @@ impl SharedSessions {
             };
         }
         self.run::<()>(&pipe).await
+    }
+
+    /// The key every replica hashes principals under for find_tool's learning: `mine` if no
+    /// replica set one first.
+    pub async fn learned_salt(&self, mine: u64) -> Result<u64, Unreachable> {
+        let key = format!("{}learned:salt", self.prefix);
+        let mut pipe = redis::pipe();
+        pipe.set_nx(&key, mine.to_string()).ignore().get(&key);
+        let (salt,): (String,) = self.run(&pipe).await?;
+        Ok(salt.parse().unwrap_or(mine))
+    }
+
+    /// Appends a find_tool label to the replicas' stream (the newest [`LABELS_KEPT`] are kept).
+    pub async fn add_label(&self, label: &crate::store::learned::Label) -> Result<(), Unreachable> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("XADD")
+            .arg(format!("{}learned:labels", self.prefix))
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(LABELS_KEPT)
+            .arg("*")
+            .arg("b")
+            .arg(&*label.tool.backend)
+            .arg("t")
+            .arg(&*label.tool.tool)
+            .arg("w")
+            .arg(label.who.to_string())
+            .arg("v")
+            .arg(label.packed_vector())
+            .ignore();
+        self.run::<()>(&pipe).await
+    }
+
+    /// Labels after stream id `after` (`0`: from the oldest kept), in the stream's order, with
+    /// the id to read after next time.
+    pub async fn labels_after(&self, after: &str) -> Result<(Vec<crate::store::learned::Label>, String), Unreachable> {
+        type Entries = Vec<(String, Vec<(String, String)>)>;
+        let start = if after == "0" { "-".to_string() } else { format!("({after}") };
+        let mut pipe = redis::pipe();
+        pipe.cmd("XRANGE").arg(format!("{}learned:labels", self.prefix)).arg(start).arg("+").arg("COUNT").arg(512);
+        let (entries,): (Entries,) = self.run(&pipe).await?;
+        let last = entries.last().map_or_else(|| after.to_string(), |(id, _)| id.clone());
+        let labels = entries
+            .into_iter()
+            .filter_map(|(_, fields)| {
+                let get = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.as_str());
+                let who = get("w")?.parse().ok()?;
+                crate::store::learned::Label::unpack(get("b")?, get("t")?, who, get("v")?)
+            })
+            .collect();
+        Ok((labels, last))
     }
 
     /// Forgets a task route everywhere (its owner may no longer use it).

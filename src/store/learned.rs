@@ -20,6 +20,11 @@
 //! The file (`[optimizer] learning_file`) is a hint, never a reason not to start: one that
 //! cannot be read or holds a vector that is not finite is logged, set aside beside itself and
 //! started afresh.
+//!
+//! Replicas (`[sessions] store = "redis"`) share their labels: a label is then not applied where
+//! it was made but handed to [`Learned::share`]'s channel, which the app writes to the store;
+//! every replica applies every label as the store orders them ([`Learned::apply`]), so they all
+//! rank a request the same way.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -88,8 +93,35 @@ pub struct Learned {
     weight: f32,
     min_labels: u32,
     /// The key principals are hashed under: random per process, kept in the file so a restart
-    /// still tells the same principals apart.
+    /// still tells the same principals apart (shared by the replicas through the store).
     salt: RwLock<u64>,
+    /// Where labels go instead of being applied here, when the replicas share them.
+    shared: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Label>>,
+}
+
+/// One label: a request vector, the tool it found, and who asked (as a keyed hash).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Label {
+    pub tool: ToolKey,
+    pub who: u64,
+    pub vector: Vec<f32>,
+}
+
+impl Label {
+    /// The vector as the store keeps it: one signed byte per dimension (a unit vector's
+    /// components times 127), a quarter of the f32 bytes; a learned vector is a mean of many,
+    /// and rounding to 1/127 moves none of its cosines by more than a few thousandths.
+    pub fn packed_vector(&self) -> String {
+        let bytes: Vec<u8> = self.vector.iter().map(|x| (x * 127.0).round().clamp(-127.0, 127.0) as i8 as u8).collect();
+        base16ct::lower::encode_string(&bytes)
+    }
+
+    /// A label read back from the store; `None` if it is not one.
+    pub fn unpack(backend: &str, tool: &str, who: u64, vector: &str) -> Option<Self> {
+        let bytes = base16ct::lower::decode_vec(vector).ok()?;
+        let vector = bytes.iter().map(|b| f32::from(*b as i8) / 127.0).collect();
+        Some(Self { tool: ToolKey { backend: backend.into(), tool: tool.into() }, who, vector })
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -132,7 +164,16 @@ impl Learned {
             weight: WEIGHT,
             min_labels: MIN_LABELS,
             salt: RwLock::new(rand::random()),
+            shared: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Hands labels to `to` from now on instead of applying them, principals hashed under
+    /// `salt` (the replicas' common one): the replicas' store orders them, and every replica
+    /// applies them in that order.
+    pub fn share(&self, salt: u64, to: tokio::sync::mpsc::UnboundedSender<Label>) {
+        *self.salt.write().expect("learned lock") = salt;
+        let _ = self.shared.set(to);
     }
 
     /// The same with another weight and label minimum (`toolmux eval-learning` compares them).
@@ -206,22 +247,32 @@ impl Learned {
 
     /// The keyed hash a principal is known by here.
     fn who(&self, principal: &str) -> u64 {
-        use std::hash::{BuildHasher, Hasher};
+        use sha2::Digest;
         let salt = *self.salt.read().expect("learned lock");
-        let mut h =
-            std::hash::BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().build_hasher();
-        h.write_u64(salt);
-        h.write(principal.as_bytes());
-        h.finish()
+        let digest = sha2::Sha256::new().chain_update(salt.to_le_bytes()).chain_update(principal.as_bytes()).finalize();
+        u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"))
     }
 
     /// One label from `principal`: `vector` (a unit request vector) found `tool`. Not kept past
-    /// the principal's [`PER_PRINCIPAL`] labels for the tool, nor when not finite.
+    /// the principal's [`PER_PRINCIPAL`] labels for the tool, nor when not finite. Shared
+    /// (replicas), it is handed over rather than applied here.
     pub fn record(&self, vector: &[f32], tool: &ToolKey, principal: &str) {
         if !self.enabled || vector.len() != self.dim || !vector.iter().all(|x| x.is_finite()) {
             return;
         }
-        let who = self.who(principal);
+        let label = Label { tool: tool.clone(), who: self.who(principal), vector: vector.to_vec() };
+        match self.shared.get() {
+            Some(to) if to.send(label.clone()).is_ok() => {}
+            _ => self.apply(&label),
+        }
+    }
+
+    /// Applies one label (made here, or by a replica and read from the store).
+    pub fn apply(&self, label: &Label) {
+        let (vector, who, tool) = (&label.vector, label.who, &label.tool);
+        if !self.enabled || vector.len() != self.dim || !vector.iter().all(|x| x.is_finite()) {
+            return;
+        }
         let mut tools = self.tools.write().expect("learned lock");
         if !tools.contains_key(tool) && tools.len() >= MAX_TOOLS {
             // The least recently confirmed tool makes room.
@@ -438,5 +489,26 @@ mod tests {
         std::fs::write(&path, file).unwrap();
         assert_eq!(Learned::open(true, 2, Some(path.clone())).total(), 0);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_shared_label_is_packed_to_a_byte_per_dimension_and_applied_alike() {
+        let v = unit(&[0.3, -0.8, 0.1, 0.5]);
+        let label = Label { tool: key("a"), who: 7, vector: v.clone() };
+        let packed = label.packed_vector();
+        assert_eq!(packed.len(), 2 * v.len());
+        let back = Label::unpack("b", "a", 7, &packed).unwrap();
+        assert_eq!((back.tool.clone(), back.who), (key("a"), 7));
+        assert!(back.vector.iter().zip(&v).all(|(x, y)| (x - y).abs() <= 0.5 / 127.0), "{:?}", back.vector);
+        assert!(Label::unpack("b", "a", 7, "zz").is_none());
+        // Shared, a label goes to the channel, not into this replica's vectors.
+        let l = Learned::new(true, 4, None);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        l.share(42, tx);
+        l.record(&v, &key("a"), "alice");
+        assert_eq!(l.total(), 0);
+        let sent = rx.try_recv().unwrap();
+        l.apply(&sent);
+        assert_eq!(l.total(), 1);
     }
 }

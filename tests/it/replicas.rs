@@ -1042,3 +1042,40 @@ async fn replicas_share_the_tool_ledger() {
         assert!(served, "accepted once, served by every replica");
     }
 }
+
+/// One label on `app` from `who`: a find_tool, then a successful call of what it found.
+async fn teach(app: &toolmux::app::App, who: &str) {
+    let (c, _) = client_with_auth(app, Some(who)).await;
+    let found = found(&call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await);
+    assert!(found.contains(&"kit_echo".to_string()), "{found:?}");
+    let r = call(&c, "call_tool", json!({"tool_name": "kit_echo", "parameters": {"input": "hi"}})).await;
+    assert_ne!(r.is_error, Some(true), "{r:?}");
+    c.cancel().await.unwrap();
+}
+
+/// Replicas share what find_tool learns (real model): a label made on one replica (a call that
+/// followed a find_tool) reaches the other, in the same order on both, so they rank alike.
+#[tokio::test]
+async fn replicas_learn_from_each_others_calls() {
+    let redis = Redis::start().await;
+    let kit = http_backend("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\n{}\
+         [sessions]\nstore = \"redis\"\nredis_url = \"{}\"\n{}",
+        bearer_auth(&["alice", "bob"]),
+        redis.url(),
+        http_backend_toml("kit", &kit.url)
+    );
+    let a = gateway(&toml, toolmux::app::EmbedderChoice::Given(model())).await;
+    let b = gateway(&toml, toolmux::app::EmbedderChoice::Given(model())).await;
+    let learning = |app: &toolmux::app::App| serde_json::to_value(app.gateway.status()).unwrap()["learning"].clone();
+    teach(&a, "alice").await;
+    let both = |n: u64| {
+        let (a, b) = (&a, &b);
+        async move { learning(a)["labels"] == n && learning(b)["labels"] == n }
+    };
+    assert!(eventually(Duration::from_secs(10), || both(1)).await, "a: {} b: {}", learning(&a), learning(&b));
+    teach(&b, "bob").await;
+    assert!(eventually(Duration::from_secs(10), || both(2)).await, "a: {} b: {}", learning(&a), learning(&b));
+    assert_eq!(learning(&a), learning(&b));
+}
