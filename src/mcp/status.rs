@@ -118,9 +118,11 @@ impl Gateway {
             }
         }
         let integrity = &mut v["integrity"];
-        let (held, recent) = (count(&integrity["held"]), count(&integrity["recent"]));
+        let (held, recent, firsts) =
+            (count(&integrity["held"]), count(&integrity["recent"]), count(&integrity["first_listings"]));
         integrity["held"] = held.into();
         integrity["recent"] = recent.into();
+        integrity["first_listings"] = firsts.into();
         integrity["ledger"] = serde_json::Value::Null;
         v["reload"]["last"] = serde_json::Value::Null;
         v["reload"]["last_error"] = serde_json::Value::Null;

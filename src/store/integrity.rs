@@ -32,6 +32,8 @@ pub struct Integrity {
     /// `[health] tool_ledger`: where the ledger is kept; in memory only without it.
     path: Option<PathBuf>,
     recent: Mutex<VecDeque<Event>>,
+    /// First listings taken, for `/status` (the last [`RECENT`]).
+    first_listings: Mutex<VecDeque<FirstListing>>,
     /// What each backend says of itself (instructions, description), as served: the accepted
     /// text while a change is held. Written by [`Integrity::observe_server`].
     served: Mutex<HashMap<String, SelfDescription>>,
@@ -58,6 +60,18 @@ pub struct IntegrityStatus {
     pub held: Vec<Held>,
     /// The latest differences, newest last.
     pub recent: Vec<Event>,
+    /// Backends whose first listing this process took, newest last: accepted whole, or held.
+    pub first_listings: Vec<FirstListing>,
+}
+
+/// A backend's first listing, as the ledger took it.
+#[derive(Debug, Clone, Serialize)]
+pub struct FirstListing {
+    pub backend: String,
+    pub tools: usize,
+    /// Held until accepted (frozen, first listings not trusted) rather than served.
+    pub held: bool,
+    pub at_ms: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -131,6 +145,7 @@ impl Integrity {
             rules,
             path: None,
             recent: Mutex::default(),
+            first_listings: Mutex::default(),
             served: Mutex::default(),
             counts: Mutex::default(),
             reread: tokio::sync::watch::channel(0).0,
@@ -177,6 +192,11 @@ impl Integrity {
                 ),
                 false => tracing::debug!(backend, tools = tools.len(), "a backend's first listing accepted"),
             }
+            let mut firsts = self.first_listings.lock().expect("first listings lock");
+            if firsts.len() == RECENT {
+                firsts.pop_front();
+            }
+            firsts.push_back(FirstListing { backend: backend.to_string(), tools: tools.len(), held, at_ms: now_ms() });
         }
         for e in &observed.events {
             self.record(e);
@@ -288,6 +308,7 @@ impl Integrity {
                 })
                 .collect(),
             recent: self.recent.lock().expect("recent lock").iter().cloned().collect(),
+            first_listings: self.first_listings.lock().expect("first listings lock").iter().cloned().collect(),
         }
     }
 

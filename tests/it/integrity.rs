@@ -73,6 +73,12 @@ async fn frozen_tools_are_served_as_first_seen_until_accepted() {
     })
     .await;
     assert!(held, "both held: {}", status(&app)["integrity"]);
+    let firsts = &status(&app)["integrity"]["first_listings"];
+    assert_eq!(
+        (firsts[0]["backend"].as_str(), firsts[0]["held"].as_bool()),
+        (Some("kit"), Some(false)),
+        "trusted: shown"
+    );
     assert_eq!(description_of(&c, "kit_echo").await.unwrap(), first, "frozen: the first-seen description");
     assert!(description_of(&c, "kit_sneaky").await.is_none(), "frozen: a new tool is held back");
     let metrics = app.gateway.render_metrics();
@@ -129,6 +135,8 @@ async fn frozen_a_backend_never_seen_is_held_until_accepted() {
     let s = status(&app);
     let held = s["integrity"]["held"].as_array().unwrap();
     assert!(held.len() > 10 && held.iter().all(|h| h["backend"] == "kit"), "{s}");
+    assert_eq!(s["integrity"]["first_listings"][0]["backend"], "kit");
+    assert_eq!(s["integrity"]["first_listings"][0]["held"], true);
     assert!(s["integrity"]["recent"].as_array().unwrap().iter().all(|e| e["kind"] == "first" && e["held"] == true));
     let tools = |args: &[&str]| {
         let out = std::process::Command::new(BIN).arg("tools").args(args).output().unwrap();
