@@ -19,6 +19,13 @@ async fn description_of(c: &Client, name: &str) -> Option<String> {
     tools.into_iter().find(|t| t.name == name).map(|t| t.description.unwrap_or_default().to_string())
 }
 
+/// `toolmux tools ARGS`, which must succeed; what it printed.
+fn tools(args: &[&str]) -> String {
+    let out = std::process::Command::new(BIN).arg("tools").args(args).output().unwrap();
+    assert!(out.status.success(), "toolmux tools {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
 fn status(app: &App) -> serde_json::Value {
     serde_json::to_value(app.gateway.status()).unwrap()
 }
@@ -85,11 +92,6 @@ async fn frozen_tools_are_served_as_first_seen_until_accepted() {
     assert!(metrics.contains("toolmux_tools_held 2"), "{metrics}");
 
     // The operator's view and acceptance, through the CLI on the ledger file.
-    let tools = |args: &[&str]| {
-        let out = std::process::Command::new(BIN).arg("tools").args(args).output().unwrap();
-        assert!(out.status.success(), "toolmux tools {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    };
     let config = config_path.to_str().unwrap();
     let listed = tools(&["held", "--config", config]);
     assert!(listed.contains("kit\techo\tsha256:") && listed.contains("kit\tsneaky\tsha256:"), "{listed}");
@@ -138,11 +140,6 @@ async fn frozen_a_backend_never_seen_is_held_until_accepted() {
     assert_eq!(s["integrity"]["first_listings"][0]["backend"], "kit");
     assert_eq!(s["integrity"]["first_listings"][0]["held"], true);
     assert!(s["integrity"]["recent"].as_array().unwrap().iter().all(|e| e["kind"] == "first" && e["held"] == true));
-    let tools = |args: &[&str]| {
-        let out = std::process::Command::new(BIN).arg("tools").args(args).output().unwrap();
-        assert!(out.status.success(), "toolmux tools {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    };
     let config = config_path.to_str().unwrap();
     let accepted = tools(&["accept", "--config", config, "--backend", "kit"]);
     assert!(accepted.contains("accepted kit/echo"), "{accepted}");
