@@ -7,6 +7,12 @@
 //! worst case of the re-ranking it adds.
 //!
 //! `cargo bench --bench find_tool`; prints p50 / p90 in milliseconds.
+//!
+//! `cargo bench --bench find_tool -- concurrent`: instead, many callers at once over the
+//! 10,000-tool catalog, each asking new requests in turn (1, 8, 64 and 256 callers), with the
+//! model answering one request per encoder pass (as before batching) and batching the requests
+//! that wait together, side by side in one run: requests per second, p50 and p99, and how many
+//! were answered busy.
 
 mod support;
 
@@ -73,6 +79,9 @@ fn report(label: &str, mut times: Vec<Duration>) {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "concurrent") {
+        return concurrent();
+    }
     let rt = tokio::runtime::Runtime::new().unwrap();
     let m = model();
     println!("| case | p50 ms | p90 ms |");
@@ -145,5 +154,64 @@ fn main() {
             &format!("{tools} tools, new request, learning active"),
             time(&mut |i| format!("send a chat message to the team {}", base + i as u64)),
         );
+    }
+}
+
+/// Requests per caller at each level: about 512 requests a level, at least 4 per caller.
+fn per_caller(callers: usize) -> usize {
+    (512 / callers).max(4)
+}
+
+fn concurrent() {
+    use toolmux::embed::worker::{Batching, ModelEmbedder};
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let plain = Arc::new(ModelEmbedder::start_with(&model_files(), Batching::none()).expect("model loads"));
+    let batched = Arc::new(ModelEmbedder::start_with(&model_files(), Batching::default()).expect("model loads"));
+    let generation = Arc::new(generation(&rt, &batched, 10_000));
+    let snap = Arc::new(scope(generation.clone(), &|_| true, &AllowAll, &Caller::anonymous()));
+    println!("| callers | model | requests/s | p50 ms | p99 ms | busy |");
+    println!("|---:|---|---:|---:|---:|---:|");
+    let mut n = 0u64;
+    for callers in [1usize, 8, 64, 256] {
+        for (label, m) in [("one request per pass", &plain), ("batched", &batched)] {
+            let handler = Arc::new(toolmux::mcp::GatewayHandler::new(optimizer_gateway(Arc::new(Store::new(
+                Some(m.clone() as Arc<dyn Embedder>),
+                None,
+            )))));
+            n += 100_000;
+            let base = n;
+            let each = per_caller(callers);
+            let started = Instant::now();
+            let runs = (0..callers).map(|c| {
+                let (handler, snap) = (handler.clone(), snap.clone());
+                rt.spawn(async move {
+                    let mut times = Vec::with_capacity(each);
+                    let mut busy = 0;
+                    for i in 0..each {
+                        let mut a = serde_json::Map::new();
+                        let q = format!("send a chat message to the team {}", base + (c * each + i) as u64);
+                        a.insert("tool_description".into(), q.into());
+                        let at = Instant::now();
+                        let r = handler.find_tool(Some(&a), &snap).await;
+                        times.push(at.elapsed());
+                        busy += usize::from(r.is_error == Some(true));
+                    }
+                    (times, busy)
+                })
+            });
+            let results: Vec<(Vec<Duration>, usize)> =
+                rt.block_on(futures::future::join_all(runs)).into_iter().map(|r| r.unwrap()).collect();
+            let wall = started.elapsed();
+            let busy: usize = results.iter().map(|(_, b)| b).sum();
+            let mut times: Vec<Duration> = results.into_iter().flat_map(|(t, _)| t).collect();
+            times.sort();
+            let total = times.len();
+            println!(
+                "| {callers} | {label} | {:.0} | {:.1} | {:.1} | {busy} |",
+                total as f64 / wall.as_secs_f64(),
+                ms(percentile(&times, 0.5)),
+                ms(percentile(&times, 0.99)),
+            );
+        }
     }
 }

@@ -87,6 +87,7 @@ pub struct Metrics {
     pub find_tool_seconds: Family<Stage, Histogram, fn() -> Histogram>,
     pub find_tool_searches: Family<Search, Counter>,
     pub embed_failures: Counter,
+    pub find_tool_busy: Counter,
     // Read at scrape time.
     pub backend_health: Family<BackendState, Gauge>,
     pub backend_breaker_open: Family<Backend, Gauge>,
@@ -133,6 +134,7 @@ impl Metrics {
             find_tool_seconds: Family::new_with_constructor(seconds),
             find_tool_searches: Family::default(),
             embed_failures: Counter::default(),
+            find_tool_busy: Counter::default(),
             backend_health: Family::default(),
             backend_breaker_open: Family::default(),
             backend_tools: Family::default(),
@@ -168,6 +170,11 @@ impl Metrics {
             "find_tool_searches",
             "find_tool searches, by search mode, dense plan and match verdict",
             m.find_tool_searches.clone(),
+        );
+        r.register(
+            "find_tool_busy",
+            "find_tool requests answered busy: the search model's queue was full",
+            m.find_tool_busy.clone(),
         );
         r.register("embed_failures", "Catalog builds whose tool texts could not be embedded", m.embed_failures.clone());
         r.register("backend_health", "1 for each backend's current health state", m.backend_health.clone());

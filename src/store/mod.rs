@@ -212,6 +212,8 @@ pub struct SearchResult {
     pub timings: Timings,
     /// The whole request's vector, when the dense arm ran (a later call may make it a label).
     pub vector: Option<Arc<Vec<f32>>>,
+    /// The model's queue was full: this many requests were ahead, and nothing was searched.
+    pub busy: Option<usize>,
 }
 
 /// A search's time by stage.
@@ -455,6 +457,7 @@ impl Store {
                 plan: None,
                 timings: Timings::default(),
                 vector: None,
+                busy: None,
             };
         }
         debug_assert_eq!(allow.universe(), generation.catalog.len(), "allow-list of another generation");
@@ -496,6 +499,20 @@ impl Store {
                 .await;
                 match embedded {
                     Ok(v) => Some(v),
+                    // Too many ahead: the caller is told at once (a keyword answer now would
+                    // be a worse one, given silently).
+                    Err(EmbedError::Overloaded(ahead)) => {
+                        return SearchResult {
+                            hits: Vec::new(),
+                            similarity: Vec::new(),
+                            verdict: Verdict::None,
+                            mode: SearchMode::Hybrid,
+                            plan: None,
+                            timings,
+                            vector: None,
+                            busy: Some(ahead),
+                        };
+                    }
                     Err(err) => {
                         tracing::warn!(%err, "query not embedded; answering from the keyword arm");
                         None
@@ -518,6 +535,7 @@ impl Store {
                 plan: None,
                 timings,
                 vector: None,
+                busy: None,
             };
         };
         let mut plan = None;
@@ -565,7 +583,7 @@ impl Store {
         };
         let mode = if ranker == Ranker::DenseOnly { SearchMode::Dense } else { SearchMode::Hybrid };
         let vector = vectors.into_iter().next();
-        SearchResult { hits, similarity, verdict, mode, plan, timings, vector }
+        SearchResult { hits, similarity, verdict, mode, plan, timings, vector, busy: None }
     }
 }
 

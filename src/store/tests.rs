@@ -102,6 +102,48 @@ async fn a_failing_embedder_degrades_to_keyword_search() {
     assert_eq!(r.verdict, Verdict::None);
 }
 
+/// Embeds the catalog, then reports a full queue for every query.
+struct Saturated {
+    fake: FakeEmbedder,
+    full: std::sync::atomic::AtomicBool,
+}
+impl Embedder for Saturated {
+    fn model_id(&self) -> &str {
+        "saturated"
+    }
+    fn dim(&self) -> usize {
+        self.fake.dim
+    }
+    fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {
+        let full = self.full.load(Ordering::Relaxed);
+        Box::pin(async move {
+            if full {
+                return Err(EmbedError::Overloaded(256));
+            }
+            self.fake.embed(texts).await
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_full_model_queue_is_busy_not_a_quiet_keyword_answer() {
+    let e = Arc::new(Saturated { fake: FakeEmbedder::default(), full: false.into() });
+    let store = Store::new(Some(e.clone()), None);
+    let g = store.rebuild(catalog()).await;
+    assert!(g.dense.is_some());
+    e.full.store(true, Ordering::Relaxed);
+    let q = Query { description: "web page content".into(), keywords: vec![] };
+    let r = store.search(&g, &AllowList::all(4), &q, 8, Ranker::Fused).await;
+    assert_eq!(r.busy, Some(256));
+    assert!(r.hits.is_empty());
+    // A request whose vector is cached never waits for the model.
+    e.full.store(false, Ordering::Relaxed);
+    store.search(&g, &AllowList::all(4), &q, 8, Ranker::Fused).await;
+    e.full.store(true, Ordering::Relaxed);
+    let r = store.search(&g, &AllowList::all(4), &q, 8, Ranker::Fused).await;
+    assert_eq!((r.busy, r.hits.is_empty()), (None, false));
+}
+
 #[tokio::test]
 async fn keywords_feed_the_keyword_arm() {
     let store = Store::new(None, None);

@@ -49,6 +49,34 @@ async fn embeddings_match_sentence_transformers() {
 }
 
 /// Every demo backend in this process, and the gateway in front (optimizer mode).
+/// Requests that wait together run together (real model): sixty at once take fewer encoder
+/// passes than requests, and each gets exactly the vector it would get alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_share_encoder_passes_and_keep_their_own_vectors() {
+    let m = model();
+    let texts: Vec<String> = (0..60).map(|i| format!("send message number {i} to the team channel")).collect();
+    let alone: Vec<Vec<f32>> = {
+        let mut out = Vec::new();
+        for t in &texts[..5] {
+            out.push(m.embed(vec![t.clone()]).await.unwrap().remove(0));
+        }
+        out
+    };
+    let (passes, answered) = m.passes();
+    let together = futures::future::join_all(texts.iter().map(|t| m.embed(vec![t.clone()]))).await;
+    let (passes, answered) = (m.passes().0 - passes, m.passes().1 - answered);
+    assert_eq!(answered, 60);
+    assert!(passes < answered, "{passes} passes for {answered} requests: nothing was batched");
+    for (i, v) in together.into_iter().enumerate() {
+        let v = v.unwrap().remove(0);
+        assert_eq!(v.len(), 384);
+        if i < alone.len() {
+            assert!(cosine(&v, &alone[i]) > 0.99999, "request {i} got another's vector");
+        }
+    }
+    println!("60 concurrent requests: {passes} encoder passes");
+}
+
 async fn demo_gateway(extra: &str, opts: Options) -> (App, Vec<HttpBackend>) {
     let mut toml = format!("[server]\nlisten = \"127.0.0.1:0\"\n{extra}");
     let mut servers = Vec::new();

@@ -39,6 +39,12 @@ impl GatewayHandler {
         let n = self.gw.max_tools;
         let generation = &snap.generation;
         let result = self.gw.store.search(generation, &snap.allow, &query, n, Ranker::Fused).await;
+        if let Some(ahead) = result.busy {
+            self.gw.metrics.find_tool_busy.inc();
+            return meta::error_result(format!(
+                "busy: {ahead} requests are ahead of yours for the search model; retry in a moment"
+            ));
+        }
         self.gw.metrics.find_tool(&result);
         // A call that follows may teach the ranking (`store::learned`).
         if let (Some(session), Some(vector)) = (self.session.get(), &result.vector)
