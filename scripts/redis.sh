@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Installs redis-server (Debian's package) if it is not on PATH: the replica tests
-# (tests/it/replicas.rs) and the session-store benchmark (benches/replicas.rs) start their own
-# on 127.0.0.1 at a free port. Runs as root, or with sudo available; does nothing when installed.
+# Installs redis-server if it is not on PATH (Debian's package, or Homebrew's on a Mac): the
+# replica tests (tests/it/replicas.rs) and the session-store benchmark (benches/replicas.rs)
+# start their own on 127.0.0.1 at a free port. Runs as root, or with sudo available, for apt-get;
+# does nothing when installed.
 set -euo pipefail
 command -v redis-server >/dev/null && exit 0
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+if ! command -v apt-get >/dev/null && command -v brew >/dev/null; then
+  echo "redis.sh: installing redis (Homebrew)"
+  brew install --quiet redis
+  command -v redis-server >/dev/null
+  exit 0
+fi
 command -v apt-get >/dev/null || {
-  echo "redis.sh: redis-server is not installed and this system has no apt-get; install Redis 6 or later" >&2
+  echo "redis.sh: redis-server is not installed, and neither apt-get nor Homebrew is here: install Redis 6 or later" >&2
   exit 1
 }
 echo "redis.sh: installing redis-server"

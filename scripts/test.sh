@@ -9,6 +9,8 @@ models/fetch.sh all-MiniLM-L6-v2
 # The replica tests start their own redis-server.
 scripts/redis.sh
 cargo fmt --all -- --check
+# The scripts run on a Mac too: no GNU-only tool flags, shellcheck clean.
+scripts/check-portable.sh
 cargo clippy --all-targets --locked -- -D warnings
 # The optional OpenTelemetry export builds and lints too.
 cargo clippy --all-targets --features otlp --locked -- -D warnings

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell helpers shared by the scripts that drive real clients against the toolmux binary
 # (tests/conformance/run.sh, tests/sdk/run.sh). Source it; it defines functions only.
 

@@ -84,7 +84,7 @@ for mode in passthrough optimizer; do
   gateway_config "$mode" > "$config"
   "$bin" serve --config "$config" > "$work/gateway.out" 2> "$work/gateway.out.err" &
   gateway=$!
-  pids+=($gateway)
+  pids+=("$gateway")
   url=$(first_line "$work/gateway.out" "toolmux ($mode)" | grep -o 'http://[^ ]*')
   wait_ready "$url"
 
@@ -116,7 +116,7 @@ timeout = "5s"
 TOML
 "$bin" serve --config "$work/unlinked.toml" > "$work/gateway.out" 2> "$work/gateway.out.err" &
 gateway=$!
-pids+=($gateway)
+pids+=("$gateway")
 url=$(first_line "$work/gateway.out" "toolmux (unlinked)" | grep -o 'http://[^ ]*')
 wait_ready "$url"
 run "typescript-sdk backend asking on its standalone stream" node "$npm_prefix/unlinked-client.mjs" "$url"
@@ -141,11 +141,11 @@ for mode in passthrough optimizer; do
     replicas+=($!)
     url=$(first_line "$work/replica-$r.out" "replica $r ($mode)" | grep -o 'http://[^ ]*')
     wait_ready "$url"
-    eval "url_$r=$url"
+    if [ "$r" = a ]; then url_a=$url; else url_b=$url; fi
   done
   python3 tests/sdk/balancer.py "${url_a%/mcp}" "${url_b%/mcp}" > "$work/balancer.out" 2> "$work/balancer.out.err" &
   balancer=$!
-  pids+=($balancer)
+  pids+=("$balancer")
   lb_url=$(first_line "$work/balancer.out" "the balancer")
 
   run "python-sdk (legacy) $mode through two replicas" "$venv/bin/python" tests/sdk/client.py "$mode" "$lb_url" --legacy
