@@ -83,6 +83,8 @@ pub struct App {
     authenticator: Arc<arc_swap::ArcSwap<crate::auth::Authenticator>>,
     /// Ends the JWT key refresh of the authenticator in force.
     key_refresh: Mutex<CancellationToken>,
+    /// Cancelled once a stop has finished: backend sessions closed, tasks ended.
+    stopped: CancellationToken,
 }
 
 /// Loads the configured model, with an error that says what to run when it is missing.
@@ -213,6 +215,7 @@ impl App {
             auth_required,
             authenticator,
             key_refresh: Mutex::new(key_refresh),
+            stopped: CancellationToken::new(),
         };
         for b in app.gateway.upstream.backends().iter() {
             app.start_backend(b.clone());
@@ -284,6 +287,12 @@ impl App {
             tracing::warn!("some tasks did not stop within {DRAIN:?}");
         }
         self.gateway.upstream.children().terminate_all(CHILD_GRACE).await;
+        self.stopped.cancel();
+    }
+
+    /// Cancelled once a stop has finished (what the gateway held is closed).
+    pub fn stopped(&self) -> CancellationToken {
+        self.stopped.clone()
     }
 }
 
@@ -516,9 +525,11 @@ pub async fn demo(listen: &str, mode: &str) -> anyhow::Result<App> {
     }
     let config = Config::parse(&toml)?;
     let app = App::start(config, Options::default()).await?;
-    let stop = app.cancellation();
+    // The demo's backends stop after the gateway: its backend sessions are closed (DELETE)
+    // while the backends still answer.
+    let stopped = app.stopped();
     tokio::spawn(async move {
-        stop.cancelled().await;
+        stopped.cancelled().await;
         servers.cancel();
     });
     Ok(app)

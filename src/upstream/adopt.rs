@@ -83,11 +83,20 @@ impl Adoption {
 
 /// `reqwest::Client`, as rmcp's client uses it, with the caller's headers filled in on every
 /// request and the handshake answered from the store when there is a stored session to take over.
+/// The gateway's own connections use it too, with no caller and nothing to take over.
 #[derive(Clone)]
 pub struct OwnSessionClient {
     pub inner: reqwest::Client,
     pub adoption: Arc<Adoption>,
     pub caller: CallerHeaders,
+}
+
+impl OwnSessionClient {
+    /// For the gateway's own connection to a backend: no caller's headers, nothing adopted.
+    pub fn gateways(inner: reqwest::Client) -> Self {
+        let caller = CallerHeaders::new(Default::default(), Vec::new(), None);
+        Self { inner, adoption: Adoption::new(None, Arc::new(AtomicBool::new(false))), caller }
+    }
 }
 
 impl StreamableHttpClient for OwnSessionClient {
@@ -165,7 +174,13 @@ impl StreamableHttpClient for OwnSessionClient {
         if self.adoption.keep.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.inner.delete_session(uri, session_id, auth_header, self.caller.fill(custom_headers)).await
+        // A backend that is already gone has ended the session itself: nothing to report but a
+        // debug line (rmcp logs a failed DELETE as an error).
+        if let Err(e) = self.inner.delete_session(uri, session_id, auth_header, self.caller.fill(custom_headers)).await
+        {
+            tracing::debug!(error = %crate::redact::urls(&e.to_string()), "a backend session's DELETE was not answered");
+        }
+        Ok(())
     }
 
     async fn get_stream(

@@ -515,7 +515,8 @@ impl Backend {
                 let cfg = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(fixed);
                 match own {
                     None => {
-                        let transport = StreamableHttpClientTransport::with_client(self.http_client()?, cfg);
+                        let client = adopt::OwnSessionClient::gateways(self.http_client()?);
+                        let transport = StreamableHttpClientTransport::with_client(client, cfg);
                         handler.serve_with_lifecycle(transport, self.lifecycle()).await?
                     }
                     Some((identity, adoption)) => {

@@ -63,7 +63,11 @@ async fn demo_serves_the_built_in_backends_in_optimizer_mode() {
     .await;
     assert_ne!(r.is_error, Some(true), "{}", text(&r));
     c.cancel().await.unwrap();
-    child.kill().await.unwrap();
+    // Ctrl-C: a quiet, clean stop (the demo's backends outlive the gateway's goodbyes).
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id().unwrap() as i32), nix::sys::signal::Signal::SIGINT)
+        .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("the demo stops").unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
 
     // Logs a person can read: toolmux's own events, no dependency chatter, no colour codes in a file.
     let log = std::fs::read_to_string(cache.path().join("stderr.log")).unwrap();
@@ -72,6 +76,7 @@ async fn demo_serves_the_built_in_backends_in_optimizer_mode() {
     let n = log.lines().count();
     assert!(n <= 25, "{n} log lines for a demo start:\n{log}");
     assert!(log.contains("ready"), "toolmux's own events are logged:\n{log}");
+    assert!(!log.contains(" ERROR "), "a first stop ends quietly:\n{log}");
 }
 
 /// The gateway as a child process in optimizer mode over a small catalog (two stdio backends):
