@@ -216,6 +216,22 @@ pub struct SearchResult {
     pub busy: Option<usize>,
 }
 
+impl SearchResult {
+    /// No hits and no verdict: nothing to search, or (`busy`) the model's queue was full.
+    fn nothing(timings: Timings, busy: Option<usize>) -> Self {
+        Self {
+            hits: Vec::new(),
+            similarity: Vec::new(),
+            verdict: Verdict::None,
+            mode: SearchMode::Hybrid,
+            plan: None,
+            timings,
+            vector: None,
+            busy,
+        }
+    }
+}
+
 /// A search's time by stage.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Timings {
@@ -449,16 +465,7 @@ impl Store {
         learned: Option<&learned::Learned>,
     ) -> SearchResult {
         if allow.is_empty() || n == 0 {
-            return SearchResult {
-                hits: Vec::new(),
-                similarity: Vec::new(),
-                verdict: Verdict::None,
-                mode: SearchMode::Hybrid,
-                plan: None,
-                timings: Timings::default(),
-                vector: None,
-                busy: None,
-            };
+            return SearchResult::nothing(Timings::default(), None);
         }
         debug_assert_eq!(allow.universe(), generation.catalog.len(), "allow-list of another generation");
         let started = std::time::Instant::now();
@@ -501,18 +508,7 @@ impl Store {
                     Ok(v) => Some(v),
                     // Too many ahead: the caller is told at once (a keyword answer now would
                     // be a worse one, given silently).
-                    Err(EmbedError::Overloaded(ahead)) => {
-                        return SearchResult {
-                            hits: Vec::new(),
-                            similarity: Vec::new(),
-                            verdict: Verdict::None,
-                            mode: SearchMode::Hybrid,
-                            plan: None,
-                            timings,
-                            vector: None,
-                            busy: Some(ahead),
-                        };
-                    }
+                    Err(EmbedError::Overloaded(ahead)) => return SearchResult::nothing(timings, Some(ahead)),
                     Err(err) => {
                         tracing::warn!(%err, "query not embedded; answering from the keyword arm");
                         None
