@@ -198,8 +198,20 @@ impl Integrity {
             }
             firsts.push_back(FirstListing { backend: backend.to_string(), tools: tools.len(), held, at_ms: now_ms() });
         }
+        // A first listing's tools are told in one line (the backend's held tools were above);
+        // each is still recorded for /status and the metrics.
+        let firsts: Vec<&Event> = observed.events.iter().filter(|e| e.kind == Kind::First).collect();
+        if let Some(like) = firsts.iter().find_map(|e| e.looks_like.as_deref()) {
+            let alike = firsts.iter().filter(|e| e.looks_like.is_some()).count();
+            tracing::warn!(
+                backend,
+                tools = alike,
+                example = like,
+                "a backend's first listing has tools that look like another backend's"
+            );
+        }
         for e in &observed.events {
-            self.record(e);
+            self.record(e, e.kind != Kind::First);
         }
         if observed.dirty {
             self.save(&ledger);
@@ -218,7 +230,7 @@ impl Integrity {
         let mut ledger = self.ledger.lock().expect("ledger lock");
         let (served, event, dirty) = ledger.observe_server(backend, instructions, description, self.rules, now_ms());
         if let Some(e) = &event {
-            self.record(e);
+            self.record(e, true);
         }
         if dirty {
             self.save(&ledger);
@@ -233,15 +245,17 @@ impl Integrity {
         self.served.lock().expect("served lock").get(backend).cloned().unwrap_or_default()
     }
 
-    /// Logs, counts and remembers one difference.
-    fn record(&self, e: &Event) {
+    /// Logs (`log`), counts and remembers one difference.
+    fn record(&self, e: &Event, log: bool) {
         let what = match e.kind {
             Kind::Changed => "a tool's definition changed",
             Kind::Added => "a tool was added after its backend's first listing",
             Kind::First => "a tool of a backend's first listing",
         };
         let action = if e.held { "held back until accepted" } else { "served" };
-        tracing::warn!(backend = %e.backend, tool = %e.tool, looks_like = e.looks_like.as_deref(), "{what}: {action}");
+        if log {
+            tracing::warn!(backend = %e.backend, tool = %e.tool, looks_like = e.looks_like.as_deref(), "{what}: {action}");
+        }
         *self.counts.lock().expect("counts lock").entry((e.backend.clone(), e.kind)).or_default() += 1;
         let mut recent = self.recent.lock().expect("recent lock");
         if recent.len() == RECENT {
