@@ -546,11 +546,29 @@ async fn end_tasks_with_session(
         if let Some(store) = gw.shared_sessions() {
             let _ = store.forget_task(&id).await;
         }
-        let Some(backend) = gw.upstream.get(&route.backend).filter(|b| !b.per_client()) else { continue };
-        let Ok(link) = backend.shared_link() else { continue };
+        gw.cancel_orphaned(route).await;
+    }
+}
+
+impl Gateway {
+    /// Cancels, at its backend, a task nobody can follow any more (its route was pushed out, or
+    /// its session ended), on the connection it lives on where the gateway holds one: a shared
+    /// backend's, or a session-less principal's own. A task on a session's own backend session
+    /// ends with that backend session.
+    pub async fn cancel_orphaned(&self, route: super::tasks::Route) {
+        let Some(backend) = self.upstream.get(&route.backend) else { return };
+        let link = match (backend.per_client(), &route.owner.session) {
+            (false, _) => backend.shared_link(),
+            (true, None) => self.sessionless.link(&route.owner.principal, None, &backend).await,
+            (true, Some(_)) => return,
+        };
         let params = rmcp::model::CancelTaskParams::new(route.upstream);
-        if let Err(e) = backend.cancel_task(&link, params, &CancellationToken::new()).await {
-            tracing::debug!(backend = backend.name(), error = %e, "an ended session's task could not be cancelled");
+        let cancelled = match link {
+            Ok(link) => backend.cancel_task(&link, params, &CancellationToken::new()).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = cancelled {
+            tracing::debug!(backend = backend.name(), error = %e, "an orphaned task could not be cancelled");
         }
     }
 }

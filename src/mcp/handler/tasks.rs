@@ -70,28 +70,11 @@ impl GatewayHandler {
     }
 
     /// Cancels, at their backends, tasks whose routes were pushed out of the table before they
-    /// finished: nobody could follow them any more. Reached on the connection the task lives
-    /// on where the gateway holds it: the shared one, or a session-less principal's own; a
-    /// session's own backend session ends with that session, and its tasks with it.
+    /// finished: nobody could follow them any more ([`crate::mcp::Gateway::cancel_orphaned`]).
     fn cancel_pushed(&self, pushed: Vec<Route>) {
         for route in pushed {
-            let Some(backend) = self.gw.upstream.get(&route.backend) else { continue };
             let gw = self.gw.clone();
-            tokio::spawn(async move {
-                let link = match (backend.per_client(), &route.owner.session) {
-                    (false, _) => backend.shared_link(),
-                    (true, None) => gw.sessionless.link(&route.owner.principal, None, &backend).await,
-                    (true, Some(_)) => return,
-                };
-                let ct = tokio_util::sync::CancellationToken::new();
-                let cancelled = match link {
-                    Ok(link) => backend.cancel_task(&link, CancelTaskParams::new(route.upstream), &ct).await,
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = cancelled {
-                    tracing::debug!(backend = backend.name(), error = %e, "a task pushed out of the route table could not be cancelled");
-                }
-            });
+            tokio::spawn(async move { gw.cancel_orphaned(route).await });
         }
     }
 
