@@ -192,8 +192,8 @@ impl Validator<'_> {
                         None
                     }
                 },
-                (None, Some(var), None) => match std::env::var(&var) {
-                    Ok(token) if !token.is_empty() => Some(Sha256::digest(token.trim().as_bytes()).into()),
+                (None, Some(var), None) => match self.var(&var) {
+                    Some(token) if !token.is_empty() => Some(Sha256::digest(token.trim().as_bytes()).into()),
                     _ => {
                         self.problem(key("env"), format!("environment variable `{var}` is not set"));
                         None

@@ -7,6 +7,7 @@
 
 mod aggregation;
 mod auth;
+pub mod envfile;
 mod raw;
 mod sessions;
 
@@ -308,14 +309,27 @@ impl Config {
                 message: format!("cannot read {}: {e}", path.display()),
             }],
         })?;
-        Self::parse(&text)
+        Self::parse_in(&text, path.parent())
     }
 
-    /// Parses and validates TOML text.
+    /// Parses and validates TOML text; a relative `env_file` is taken from the current folder.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let raw: raw::File =
+        Self::parse_in(text, None)
+    }
+
+    /// Parses and validates TOML text read from a file in `folder` (where a relative
+    /// `env_file` is looked for).
+    pub fn parse_in(text: &str, folder: Option<&std::path::Path>) -> Result<Self, ConfigError> {
+        let mut raw: raw::File =
             toml::from_str(text).map_err(|e| ConfigError { problems: vec![raw::problem_from_toml(text, &e)] })?;
-        let mut v = Validator { text, problems: Vec::new() };
+        let mut v = Validator { text, problems: Vec::new(), vars: BTreeMap::new() };
+        if let Some(file) = raw.env_file.take() {
+            let path = folder.filter(|f| !f.as_os_str().is_empty()).map_or_else(|| PathBuf::from(&file), |f| f.join(&file));
+            match envfile::read(&path) {
+                Ok(vars) => v.vars = vars,
+                Err(e) => v.problem("env_file", e),
+            }
+        }
         let config = v.validate(raw);
         if v.problems.is_empty() { Ok(config) } else { Err(ConfigError { problems: v.problems }) }
     }
@@ -324,9 +338,21 @@ impl Config {
 struct Validator<'t> {
     text: &'t str,
     problems: Vec<Problem>,
+    /// `${VAR}` values from `env_file`, for variables the process's environment does not set.
+    vars: BTreeMap<String, String>,
 }
 
 impl Validator<'_> {
+    /// Expands `${VAR}` (see [`expand_env`]) from the environment, then from `env_file`.
+    fn expand(&self, value: &str) -> Result<String, String> {
+        expand_env(value, |var| self.var(var))
+    }
+
+    /// A variable from the environment, else from `env_file`.
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().or_else(|| self.vars.get(name).cloned())
+    }
+
     fn problem(&mut self, key: impl Into<String>, message: impl Into<String>) {
         let key = key.into();
         let line = raw::line_of(self.text, &key);
@@ -504,7 +530,7 @@ impl Validator<'_> {
                     }
                     let mut headers = BTreeMap::new();
                     for (h, v) in b.headers.unwrap_or_default() {
-                        match expand_env(&v) {
+                        match self.expand(&v) {
                             Ok(v) => {
                                 headers.insert(h, v);
                             }
@@ -522,7 +548,7 @@ impl Validator<'_> {
                     }
                     let mut env = BTreeMap::new();
                     for (k, v) in b.env.unwrap_or_default() {
-                        match expand_env(&v) {
+                        match self.expand(&v) {
                             Ok(v) if carries_identity(&v) => self.problem(
                                 format!("backends[{i}].env.{k}"),
                                 "the caller's identity can only go in an HTTP backend's headers",
@@ -623,7 +649,7 @@ impl Validator<'_> {
             self.problem(key("protocol"), "the backend speaks 2026-07-28, where toolmux keeps one connection for every caller; use protocol = \"2025-11-25\" or \"auto\"");
         }
         let mut field = |name: &str, v: Option<String>| -> String {
-            match v.map(|v| expand_env(&v)) {
+            match v.map(|v| self.expand(&v)) {
                 None => {
                     self.problem(format!("backends[{i}].token_exchange.{name}"), "is required");
                     String::new()
@@ -805,10 +831,10 @@ fn unset(var: &str) -> String {
     }
 }
 
-/// Expands `${VAR}` from the environment, leaving the caller placeholders `${client.token}` and
+/// Expands `${VAR}` through `lookup`, leaving the caller placeholders `${client.token}` and
 /// `${client.principal}` for each upstream session to fill; returns the name of a variable that
 /// is not set.
-fn expand_env(value: &str) -> Result<String, String> {
+fn expand_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(start) = rest.find("${") {
@@ -822,7 +848,7 @@ fn expand_env(value: &str) -> Result<String, String> {
         match var {
             "client.token" | "client.principal" => out.push_str(&rest[start..start + 2 + end + 1]),
             _ if var.starts_with("client.") => return Err(var.to_string()),
-            _ => out.push_str(&std::env::var(var).map_err(|_| var.to_string())?),
+            _ => out.push_str(&lookup(var).ok_or_else(|| var.to_string())?),
         }
         rest = &after[end + 1..];
     }

@@ -11,6 +11,8 @@ use super::Problem;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct File {
+    /// Values for `${VAR}` references (`NAME=value` lines), beside the process's environment.
+    pub env_file: Option<String>,
     pub server: Option<Server>,
     #[serde(default)]
     pub backends: Vec<Backend>,

@@ -76,7 +76,7 @@ impl Validator<'_> {
                 SessionStore::Memory
             }
             Some("redis") => {
-                let url = match raw.redis_url.as_deref().map(super::expand_env) {
+                let url = match raw.redis_url.as_deref().map(|v| self.expand(v)) {
                     None => {
                         self.problem(
                             "sessions.redis_url",
@@ -120,7 +120,7 @@ impl Validator<'_> {
                         }
                     }
                 });
-                let seal_key = match raw.secret.as_deref().map(super::expand_env) {
+                let seal_key = match raw.secret.as_deref().map(|v| self.expand(v)) {
                     None => None,
                     Some(Err(var)) => {
                         self.problem("sessions.secret", super::unset(&var));

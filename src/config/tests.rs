@@ -120,6 +120,35 @@ fn header_env_expansion() {
     assert!(err.problems[0].message.contains("TOOLMUX_SURELY_UNSET_VAR"), "{err}");
 }
 
+#[cfg(unix)]
+#[test]
+fn env_file_fills_in_what_the_environment_does_not_set() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: tests in this module do not read this variable concurrently.
+    unsafe { std::env::set_var("TOOLMUX_TEST_FROM_ENV", "from-env") };
+    let dir = tempfile::tempdir().unwrap();
+    let env_path = dir.path().join("secrets.env");
+    std::fs::write(&env_path, "TOOLMUX_TEST_FROM_FILE=from-file\nTOOLMUX_TEST_FROM_ENV=shadowed\n").unwrap();
+    std::fs::set_permissions(&env_path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("toolmux.toml");
+    std::fs::write(
+        &config,
+        "env_file = \"secrets.env\"\n[[backends]]\nname = \"a\"\ncommand = \"x\"\nenv = { A = \"${TOOLMUX_TEST_FROM_FILE}\", B = \"${TOOLMUX_TEST_FROM_ENV}\" }\n",
+    )
+    .unwrap();
+    let c = Config::load(&config).unwrap();
+    let Transport::Stdio { env, .. } = &c.backends[0].transport else { panic!() };
+    assert_eq!(env["A"], "from-file");
+    assert_eq!(env["B"], "from-env");
+
+    std::fs::set_permissions(&env_path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let err = Config::load(&config).unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "env_file" && p.message.contains("chmod 600")), "{err}");
+    std::fs::remove_file(&env_path).unwrap();
+    let err = Config::load(&config).unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "env_file" && p.message.contains("cannot read")), "{err}");
+}
+
 #[test]
 fn sessions_default_to_memory_and_redis_needs_an_address() {
     assert_eq!(Config::parse("").unwrap().sessions.store, SessionStore::Memory);
