@@ -53,7 +53,11 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize, policy: Arc<dyn Policy>) 
     let configs: Vec<BackendConfig> = (0..BACKENDS)
         .map(|i| BackendConfig {
             name: format!("b{i}"),
-            transport: Transport::Http { url: "http://127.0.0.1:9/mcp".into(), headers: Default::default() },
+            transport: Transport::Http {
+                url: "http://127.0.0.1:9/mcp".into(),
+                headers: Default::default(),
+                sse: false,
+            },
             timeout: Duration::from_secs(1),
             protocol: Default::default(),
             session: toolmux::config::SessionMode::Shared,

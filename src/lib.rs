@@ -34,6 +34,7 @@ pub mod embed;
 pub mod eval;
 pub mod health;
 pub mod http;
+pub mod import;
 pub mod index;
 pub mod mcp;
 pub mod metrics;

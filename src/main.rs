@@ -124,6 +124,53 @@ enum Command {
         #[arg(long)]
         model_dir: Option<PathBuf>,
     },
+    /// Bring the MCP servers an agent host already runs (Claude Desktop, Claude Code, Cursor,
+    /// VS Code, Windsurf, Gemini CLI, Codex CLI, Cline) into a toolmux configuration. Secrets in
+    /// env and headers go to an env file readable by you only (docs/clients.md).
+    Import {
+        /// Host config files to read; with none, every host's usual places on this machine.
+        paths: Vec<PathBuf>,
+        /// The configuration to write; it must not exist yet.
+        #[arg(long, default_value = "toolmux.toml")]
+        out: PathBuf,
+        /// Merge into this configuration instead (the file as it was is kept as FILE.bak).
+        #[arg(long, conflicts_with = "out")]
+        into: Option<PathBuf>,
+        /// Print the TOML that would be written, and write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the backends that would be written as JSON (secrets as ${VAR}), and write nothing.
+        #[arg(long, conflicts_with = "dry_run")]
+        json: bool,
+    },
+    /// The entry that puts toolmux in an agent host's config in place of the servers imported
+    /// from it: printed, or merged into the host's file with --write (undone with --undo).
+    Connect {
+        #[arg(value_enum)]
+        host: toolmux::import::Host,
+        /// The toolmux configuration the host starts (stdio), and whose backends replace the
+        /// host's own entries on --write.
+        #[arg(long, required_unless_present_any = ["url", "undo"])]
+        config: Option<PathBuf>,
+        /// Connect to a running gateway at this URL instead of starting one over stdio.
+        #[arg(long)]
+        url: Option<String>,
+        /// With --url: the environment variable holding the gateway's bearer token.
+        #[arg(long, requires = "url")]
+        token_env: Option<String>,
+        /// The toolmux program the host starts (default: this one).
+        #[arg(long)]
+        command: Option<String>,
+        /// Merge the entry into the host's config file (the file as it was is kept beside it).
+        #[arg(long)]
+        write: bool,
+        /// Put the host's config file back as it was before the first --write.
+        #[arg(long, conflicts_with = "write")]
+        undo: bool,
+        /// The host's config file (default: the user's file in the host's usual place).
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
     /// Internal: ends the stdio backends' process groups a gateway leaves when it is killed
     /// (started by `serve`; reads the groups on stdin).
     #[command(hide = true)]
@@ -296,6 +343,112 @@ mod traces {
     }
 }
 
+fn import(
+    paths: Vec<PathBuf>,
+    out: PathBuf,
+    into: Option<PathBuf>,
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use toolmux::import::{self, write};
+    let dirs = import::Dirs::from_env().map_err(anyhow::Error::msg)?;
+    let looked = paths.is_empty();
+    let (found, failed) = import::read_all(&paths, &dirs);
+    if found.is_empty() {
+        for (path, why) in &failed {
+            eprintln!("could not read {}: {why}", path.display());
+        }
+        if looked {
+            eprintln!("no agent host's MCP servers found; looked in:");
+            for host in import::Host::ALL {
+                for p in host.usual_places(&dirs) {
+                    eprintln!("  {:<15} {}", host.title(), p.display());
+                }
+            }
+            eprintln!("name the file to read: toolmux import PATH");
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    let target = match into {
+        Some(p) => write::Target::Into(p),
+        None => write::Target::New(out),
+    };
+    let plan = write::plan_for(&found, &target)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&import::plan::to_json(&plan))?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (text, written) = write::write(&plan, &target, dry_run)?;
+    if dry_run {
+        print!("{text}");
+    }
+    print!("{}", write::report(&found, &failed, &plan, written.as_ref()));
+    if let Some(w) = written {
+        println!("next: toolmux check-config {}", w.config.display());
+        println!(
+            "      toolmux connect HOST --config {}   (prints the entry that replaces these servers)",
+            w.config.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn connect(
+    host: toolmux::import::Host,
+    config: Option<PathBuf>,
+    url: Option<String>,
+    token_env: Option<String>,
+    command: Option<String>,
+    write: bool,
+    undo: bool,
+    file: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use toolmux::import::{self, connect};
+    let file = match file {
+        Some(f) => f,
+        None => {
+            let dirs = import::Dirs::from_env().map_err(anyhow::Error::msg)?;
+            host.usual_places(&dirs).into_iter().next().expect("every host has a place")
+        }
+    };
+    if undo {
+        println!("{}", connect::undo(&file)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let via = match url {
+        Some(url) => connect::Via::Http { url, token_var: token_env },
+        None => {
+            let config = config.as_deref().expect("clap requires --config without --url");
+            let command = match command {
+                Some(c) => c,
+                None => std::env::current_exe()?.to_string_lossy().into_owned(),
+            };
+            connect::Via::Stdio { command, config: absolute(config).to_string_lossy().into_owned() }
+        }
+    };
+    if !write {
+        print!("{}", connect::snippet(host, &via)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let imported: std::collections::BTreeSet<String> = match &config {
+        Some(c) => Config::load(c)?.backends.into_iter().map(|b| b.name).collect(),
+        None => Default::default(),
+    };
+    let done = connect::write(host, &via, &file, &imported)?;
+    println!("wrote the `{}` entry into {}", connect::ENTRY, done.file.display());
+    if !done.removed.is_empty() {
+        println!("  taken out (now served through toolmux): {}", done.removed.join(", "));
+    }
+    if !done.kept.is_empty() {
+        println!("  left in place (not in the toolmux configuration): {}", done.kept.join(", "));
+    }
+    println!("  the file as it was: {} (toolmux connect {} --undo puts it back)", done.backup.display(), host.arg());
+    println!("restart {} to use it", host.title());
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The log filter when none is given.
 const DEFAULT_LOG_FILTER: &str = "warn,toolmux=info";
 
@@ -358,6 +511,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 println!("a running gateway serves them after its next reload (SIGHUP)");
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Import { paths, out, into, dry_run, json } => import(paths, out, into, dry_run, json),
+        Command::Connect { host, config, url, token_env, command, write, undo, file } => {
+            connect(host, config, url, token_env, command, write, undo, file)
         }
         Command::CheckConfig { file } => {
             let c = Config::load(&file)?;

@@ -55,10 +55,8 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, (usize, String)> {
 
 /// One `NAME=value` line that [`parse`] reads back as `value`.
 pub fn line(name: &str, value: &str) -> String {
-    let plain = !value.is_empty()
-        && value.trim() == value
-        && !value.starts_with('"')
-        && value.chars().all(|c| !c.is_control());
+    let plain =
+        !value.is_empty() && value.trim() == value && !value.starts_with('"') && value.chars().all(|c| !c.is_control());
     if plain { format!("{name}={value}\n") } else { format!("{name}={}\n", serde_json::Value::from(value)) }
 }
 

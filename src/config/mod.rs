@@ -173,6 +173,8 @@ pub enum Transport {
         url: String,
         /// Header values with `${ENV}` already expanded.
         headers: BTreeMap<String, String>,
+        /// The 2024-11-05 HTTP+SSE transport (`transport = "sse"`) instead of streamable HTTP.
+        sse: bool,
     },
     Stdio {
         command: String,
@@ -324,7 +326,8 @@ impl Config {
             toml::from_str(text).map_err(|e| ConfigError { problems: vec![raw::problem_from_toml(text, &e)] })?;
         let mut v = Validator { text, problems: Vec::new(), vars: BTreeMap::new() };
         if let Some(file) = raw.env_file.take() {
-            let path = folder.filter(|f| !f.as_os_str().is_empty()).map_or_else(|| PathBuf::from(&file), |f| f.join(&file));
+            let path =
+                folder.filter(|f| !f.as_os_str().is_empty()).map_or_else(|| PathBuf::from(&file), |f| f.join(&file));
             match envfile::read(&path) {
                 Ok(vars) => v.vars = vars,
                 Err(e) => v.problem("env_file", e),
@@ -537,9 +540,32 @@ impl Validator<'_> {
                             Err(var) => self.problem(format!("backends[{i}].headers.{h}"), unset(&var)),
                         }
                     }
-                    Transport::Http { url, headers }
+                    let sse = match b.transport.as_deref() {
+                        None | Some("streamable-http") => false,
+                        Some("sse") => true,
+                        Some(other) => {
+                            self.problem(
+                                key("transport"),
+                                format!("`{other}` is not one of \"streamable-http\", \"sse\" (the 2024-11-05 HTTP+SSE transport)"),
+                            );
+                            false
+                        }
+                    };
+                    if sse && protocol != Protocol::Session {
+                        self.problem(
+                            key("protocol"),
+                            "a transport = \"sse\" backend speaks 2024-11-05 to 2025-11-25 servers: leave protocol out",
+                        );
+                    }
+                    Transport::Http { url, headers, sse }
                 }
                 (None, Some(command)) => {
+                    if b.transport.as_deref().is_some_and(|t| t != "stdio") {
+                        self.problem(
+                            key("transport"),
+                            "a backend with `command` speaks stdio; `transport` is for `url` backends",
+                        );
+                    }
                     if b.headers.is_some() {
                         self.problem(key("headers"), "only HTTP backends (with `url`) take this key");
                     }

@@ -118,6 +118,7 @@ pub struct Server {
 pub struct Backend {
     pub name: String,
     pub url: Option<String>,
+    pub transport: Option<String>,
     pub headers: Option<BTreeMap<String, String>>,
     pub command: Option<String>,
     pub args: Option<Vec<String>>,

@@ -27,6 +27,7 @@ pub mod exchange;
 pub mod identity;
 mod principals;
 mod session;
+mod sse;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -499,19 +500,20 @@ impl Backend {
         own: Option<(&LiveIdentity, Arc<adopt::Adoption>)>,
     ) -> anyhow::Result<RunningService<RoleClient, UpstreamClient>> {
         let service = match &self.config.transport {
-            Transport::Http { url, headers } => {
+            Transport::Http { url, headers, sse: true } => {
+                let (fixed, per_caller) = split_headers(headers)?;
+                let caller = own.map(|(identity, _)| {
+                    identity::CallerHeaders::new(identity.clone(), per_caller, self.exchanger.clone())
+                });
+                let transport = sse::SseTransport::connect(self.http_client()?, url, fixed, caller)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                handler.serve_with_lifecycle(transport, self.lifecycle()).await?
+            }
+            Transport::Http { url, headers, sse: false } => {
                 use rmcp::transport::StreamableHttpClientTransport;
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-                let mut fixed = HashMap::new();
-                let mut per_caller = Vec::new();
-                for (k, v) in headers {
-                    let name = http::HeaderName::try_from(k.as_str())?;
-                    if crate::config::carries_identity(v) {
-                        per_caller.push((name, v.clone()));
-                    } else {
-                        fixed.insert(name, http::HeaderValue::try_from(v.as_str())?);
-                    }
-                }
+                let (fixed, per_caller) = split_headers(headers)?;
                 let cfg = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(fixed);
                 match own {
                     None => {
@@ -907,3 +909,22 @@ impl Upstream {
 }
 
 pub use client::{NoRelay, Relay, Source, request_name};
+
+/// A backend's configured headers: those sent as they are, and those filled from the caller's
+/// identity on each request.
+#[allow(clippy::type_complexity)]
+fn split_headers(
+    headers: &std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<(HashMap<http::HeaderName, http::HeaderValue>, Vec<(http::HeaderName, String)>)> {
+    let mut fixed = HashMap::new();
+    let mut per_caller = Vec::new();
+    for (k, v) in headers {
+        let name = http::HeaderName::try_from(k.as_str())?;
+        if crate::config::carries_identity(v) {
+            per_caller.push((name, v.clone()));
+        } else {
+            fixed.insert(name, http::HeaderValue::try_from(v.as_str())?);
+        }
+    }
+    Ok((fixed, per_caller))
+}

@@ -7,7 +7,9 @@
 # over stdio.
 #
 # A TypeScript SDK server as a backend (tests/sdk/unlinked-server.mjs) checks that a backend
-# request tied to no call reaches the session whose call needs it.
+# request tied to no call reaches the session whose call needs it. The Python SDK's legacy SSE
+# server as a `transport = "sse"` backend (tests/sdk/sse_backend.py) checks the 2024-11-05
+# transport: calls, identity headers, and a fresh connection after the backend restarts.
 #
 # Installs the pinned SDKs into a cache folder on first use (a Python virtual environment, and an
 # npm prefix), and redis-server (scripts/redis.sh). Needs python3 with venv, node ≥ 18 and npm.
@@ -122,6 +124,9 @@ wait_ready "$url"
 run "typescript-sdk backend asking on its standalone stream" node "$npm_prefix/unlinked-client.mjs" "$url"
 kill "$gateway"
 wait "$gateway" 2>/dev/null || true
+
+# A legacy HTTP+SSE backend: the Python SDK's own SSE server.
+run "python-sdk legacy SSE server as a backend" "$venv/bin/python" tests/sdk/sse_backend.py "$bin"
 
 # Two replicas sharing sessions through Redis behind a round-robin balancer (tests/sdk/balancer.py):
 # each SDK's requests alternate between them, so a session made on one is rebuilt on the other.
