@@ -20,7 +20,9 @@
 //! | `http`     | the axum router: /mcp, /healthz, /readyz, limits |
 //! | `app`      | the composition root: builds and owns everything |
 //!
-//! `demo` holds the built-in demo backends; `eval` the retrieval evaluation; `simd` the one
+//! `import` reads agent hosts' MCP server lists into a configuration and writes toolmux into
+//! them (`toolmux import`, `toolmux connect`); it uses `config` only. `demo` holds the built-in
+//! demo backends; `eval` the retrieval evaluation; `simd` the one
 //! macro that compiles numeric loops for wider vector units, used by `embed` and `index`, and
 //! the name of the vector path this CPU runs; `redact` takes secrets out of error text before
 //! it is logged or shown.

@@ -432,8 +432,9 @@ fn connect(
         print!("{}", connect::snippet(host, &via)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let imported: std::collections::BTreeSet<String> = match &config {
-        Some(c) => Config::load(c)?.backends.into_iter().map(|b| b.name).collect(),
+    // Only the names: the host's environment may not set every variable the backends use.
+    let imported = match &config {
+        Some(c) => import::write::existing(&import::write::Target::Into(c.clone()))?.0,
         None => Default::default(),
     };
     let done = connect::write(host, &via, &file, &imported)?;

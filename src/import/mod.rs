@@ -114,6 +114,9 @@ impl Host {
                     .join("settings")
                     .join("cline_mcp_settings.json"),
             ],
+            Host::Goose if cfg!(windows) => {
+                vec![app.join("Block").join("goose").join("config").join("config.yaml")]
+            }
             Host::Goose => vec![dirs.config.join("goose").join("config.yaml")],
         }
     }

@@ -160,3 +160,112 @@ async fn a_killed_gateway_leaves_no_stdio_backend_running() {
         "process {grandchild}, started by a stdio backend, outlived the killed gateway"
     );
 }
+
+/// Every entry in docs/clients.md is exactly what `toolmux connect` prints for it.
+#[test]
+fn the_host_guide_shows_what_connect_prints() {
+    let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/clients.md")).unwrap();
+    let mut seen = 0;
+    let mut rest = guide.as_str();
+    while let Some(at) = rest.find("<!-- connect: ") {
+        let after = &rest[at + "<!-- connect: ".len()..];
+        let (marker, body) = after.split_once(" -->\n").unwrap();
+        let mut words = marker.split_whitespace();
+        let host = words.next().unwrap();
+        let http = words.next() == Some("--url");
+        let body = body.strip_prefix("```").unwrap();
+        let (_, body) = body.split_once('\n').unwrap();
+        let (snippet, _) = body.split_once("```\n").unwrap();
+        let mut args = vec!["connect", host];
+        if http {
+            args.extend(["--url", "http://127.0.0.1:4483/mcp", "--token-env", "TOOLMUX_TOKEN"]);
+        } else {
+            args.extend(["--config", "/path/to/toolmux.toml", "--command", "/path/to/toolmux"]);
+        }
+        let out = std::process::Command::new(BIN).args(&args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), snippet, "docs/clients.md, {marker}");
+        seen += 1;
+        rest = after;
+    }
+    // Nine hosts over stdio, eight of them over HTTP too (Claude Desktop's file takes stdio only).
+    assert_eq!(seen, 17);
+}
+
+/// A user's machine with servers in three hosts: `import` with no path finds them, moves the
+/// secrets out, never prints one; `connect --write` replaces them and `--undo` puts them back.
+#[test]
+fn import_then_connect_then_undo() {
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hosts");
+    let place = |rel: &str, from: &str| {
+        let to = home.path().join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(fixtures.join(from), &to).unwrap();
+        to
+    };
+    let cursor = place(".cursor/mcp.json", "cursor/.cursor/mcp.json");
+    place(".codex/config.toml", "codex/.codex/config.toml");
+    place(".claude.json", "claude-code/.claude.json");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .current_dir(work.path())
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join(".config"))
+            .env_remove("CODEX_HOME")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    };
+    let (ok, report) = run(&["import"]);
+    assert!(ok, "{report}");
+    for host in ["Cursor", "Codex CLI", "Claude Code"] {
+        assert!(report.contains(&format!("read {host}")), "{report}");
+    }
+    for secret in ["ntn_fixture000000", "ctx7-fixture", "sk-fixture-0000"] {
+        assert!(!report.contains(secret), "a secret was printed: {report}");
+    }
+    assert!(report.contains("NOTION_TOKEN") && report.contains("off from Codex CLI"), "{report}");
+    let config = work.path().join("toolmux.toml");
+    // The gateway reads it (LINEAR_API_KEY is the one the host took from its environment).
+    let check = std::process::Command::new(BIN)
+        .args(["check-config", config.to_str().unwrap()])
+        .env("LINEAR_API_KEY", "set")
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    // A second import would replace it: refused, the file kept.
+    let (ok, text) = run(&["import"]);
+    assert!(!ok && text.contains("--into"), "{text}");
+
+    let before = std::fs::read_to_string(&cursor).unwrap();
+    let (ok, text) = run(&["connect", "cursor", "--config", config.to_str().unwrap(), "--write"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("taken out (now served through toolmux): notion, puppeteer"), "{text}");
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&cursor).unwrap()).unwrap();
+    assert_eq!(written["mcpServers"].as_object().unwrap().keys().collect::<Vec<_>>(), ["toolmux"]);
+    assert_eq!(written["mcpServers"]["toolmux"]["args"][3], config.to_str().unwrap());
+    let (ok, text) = run(&["connect", "cursor", "--undo"]);
+    assert!(ok, "{text}");
+    assert_eq!(std::fs::read_to_string(&cursor).unwrap(), before);
+}
+
+#[test]
+fn import_with_nothing_to_read_says_where_it_looked() {
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(BIN)
+        .arg("import")
+        .current_dir(home.path())
+        .env("HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path().join(".config"))
+        .env_remove("CODEX_HOME")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("looked in") && text.contains("claude_desktop_config.json"), "{text}");
+    assert!(!home.path().join("toolmux.toml").exists());
+}

@@ -9,7 +9,8 @@
 # A TypeScript SDK server as a backend (tests/sdk/unlinked-server.mjs) checks that a backend
 # request tied to no call reaches the session whose call needs it. The Python SDK's legacy SSE
 # server as a `transport = "sse"` backend (tests/sdk/sse_backend.py) checks the 2024-11-05
-# transport: calls, identity headers, and a fresh connection after the backend restarts.
+# transport: calls, identity headers, and a fresh connection after the backend restarts. Every
+# agent host's entry in docs/clients.md is run as written (tests/sdk/clients.py).
 #
 # Installs the pinned SDKs into a cache folder on first use (a Python virtual environment, and an
 # npm prefix), and redis-server (scripts/redis.sh). Needs python3 with venv, node ≥ 18 and npm.
@@ -18,15 +19,17 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 python_sdk=2.3.0
 typescript_sdk=1.32.2
+pyyaml=6.0.2
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/toolmux/sdk"
 target="${CARGO_TARGET_DIR:-$root/target}"
 . tests/support.sh
 
 venv="$cache/python-mcp-$python_sdk"
-if ! "$venv/bin/python" -c "import mcp" 2>/dev/null; then
-  echo "sdk: installing mcp==$python_sdk into $venv"
+# PyYAML reads Goose's entry in docs/clients.md (tests/sdk/clients.py).
+if ! "$venv/bin/python" -c "import mcp, yaml" 2>/dev/null; then
+  echo "sdk: installing mcp==$python_sdk and pyyaml==$pyyaml into $venv"
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$python_sdk"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$python_sdk" "pyyaml==$pyyaml"
 fi
 npm_prefix="$cache/typescript-sdk-$typescript_sdk"
 if [ ! -f "$npm_prefix/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
@@ -100,6 +103,10 @@ for mode in passthrough optimizer; do
   wait "$gateway" 2>/dev/null || true
   : > "$work/gateway.out"
 done
+
+# Each agent host's entry in docs/clients.md, parsed as its host does and run as written with the
+# TypeScript SDK's stdio client (the hosts' own way to start a server).
+run "every host's entry in docs/clients.md" "$venv/bin/python" tests/sdk/clients.py "$bin" "$work/optimizer.toml" "$npm_prefix/client.mjs"
 
 # A backend on the TypeScript SDK's server side that asks for sampling on its standalone stream
 # (tied to no call) and opens that stream late: each new backend session's first call must wait
