@@ -63,6 +63,7 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize, policy: Arc<dyn Policy>) 
             session: toolmux::config::SessionMode::Shared,
             max_instances: 1,
             token_exchange: None,
+            oauth: None,
         })
         .collect();
     let upstream = Arc::new(Upstream::new(&configs, Arc::new(NoRelay), Default::default()));

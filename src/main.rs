@@ -171,6 +171,20 @@ enum Command {
         #[arg(long)]
         file: Option<PathBuf>,
     },
+    /// Log in to an OAuth-protected backend (`auth = "oauth"`): opens the browser on its
+    /// authorization server and keeps the grant for the gateway (docs/clients.md#oauth).
+    Login {
+        /// The backend's name in the configuration.
+        backend: String,
+        #[arg(long)]
+        config: PathBuf,
+        /// Print the URL to open instead of opening a browser (over SSH, in a container).
+        #[arg(long)]
+        no_browser: bool,
+        /// How long to wait for the browser to come back.
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
     /// Internal: ends the stdio backends' process groups a gateway leaves when it is killed
     /// (started by `serve`; reads the groups on stdin).
     #[command(hide = true)]
@@ -517,6 +531,28 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Connect { host, config, url, token_env, command, write, undo, file } => {
             connect(host, config, url, token_env, command, write, undo, file)
         }
+        Command::Login { backend, config, no_browser, timeout } => {
+            let c = Config::load(&config)?;
+            let b = c.backends.iter().find(|b| b.name == backend).ok_or_else(|| {
+                let names: Vec<&str> = c.backends.iter().map(|b| b.name.as_str()).collect();
+                anyhow::anyhow!("no backend `{backend}` in {} (it has: {})", config.display(), names.join(", "))
+            })?;
+            let (Some(client), toolmux::config::Transport::Http { url, .. }) = (&b.oauth, &b.transport) else {
+                anyhow::bail!(
+                    "backend `{backend}` is not an OAuth backend; set auth = \"oauth\" on it in {}",
+                    config.display()
+                );
+            };
+            let browser = if no_browser {
+                toolmux::upstream::oauth::Browser::Print
+            } else {
+                toolmux::upstream::oauth::Browser::Open
+            };
+            let file = toolmux::upstream::oauth::login(&backend, url, client, browser, timeout).await?;
+            println!("logged in to `{backend}`; the grant is in {} (readable by you only)", file.display());
+            println!("a running gateway uses it on its next connection attempt to the backend (within 30 s)");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::CheckConfig { file } => {
             let c = Config::load(&file)?;
             println!("{}: ok ({} backends, {:?} mode)", file.display(), c.backends.len(), c.server.mode);
@@ -524,6 +560,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Serve { config: file, stdio, watch } => {
             let config = Config::load(&file)?;
+            toolmux::upstream::oauth::set_config_file(&file);
             if stdio {
                 let stop = tokio_util::sync::CancellationToken::new();
                 let on_signal = stop.clone();

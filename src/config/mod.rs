@@ -118,6 +118,38 @@ pub struct BackendConfig {
     pub max_instances: usize,
     /// `auth = "token_exchange"`: what each caller's token is exchanged for, and where.
     pub token_exchange: Option<TokenExchange>,
+    /// `auth = "oauth"`: the backend is an OAuth-protected resource the user logs in to
+    /// (`toolmux login`); how toolmux registers with its authorization server.
+    pub oauth: Option<OAuthClient>,
+}
+
+/// How toolmux presents itself to an OAuth backend's authorization server. With nothing set it
+/// registers itself dynamically, or uses `client_metadata_url` where the server accepts Client
+/// ID Metadata Documents.
+#[derive(Clone, Default, PartialEq)]
+pub struct OAuthClient {
+    /// A client registered beforehand with the authorization server.
+    pub client_id: Option<String>,
+    pub client_secret: Option<String>,
+    /// An https URL of a Client ID Metadata Document that names toolmux.
+    pub client_metadata_url: Option<String>,
+    /// Scopes to ask for; none: what the server's challenge or metadata suggests.
+    pub scopes: Vec<String>,
+    /// The loopback port `toolmux login` listens on for the redirect (0: any free port; a
+    /// pre-registered client usually needs a fixed one).
+    pub redirect_port: u16,
+}
+
+impl fmt::Debug for OAuthClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OAuthClient")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "***"))
+            .field("client_metadata_url", &self.client_metadata_url)
+            .field("scopes", &self.scopes)
+            .field("redirect_port", &self.redirect_port)
+            .finish()
+    }
 }
 
 /// An OAuth 2.0 token exchange (RFC 8693) at `token_url`: the caller's token in, a token for
@@ -620,10 +652,91 @@ impl Validator<'_> {
             if b.max_instances.is_some() && !matches!(transport, Transport::Stdio { .. }) {
                 self.problem(key("max_instances"), "only stdio backends (with `command`) take this key");
             }
-            let token_exchange = self.token_exchange(i, b.auth, b.token_exchange, &transport, session, protocol);
-            out.push(BackendConfig { name, transport, timeout, protocol, session, max_instances, token_exchange });
+            let oauth = self.oauth(i, b.auth.as_deref(), b.oauth, &transport);
+            let auth = b.auth.filter(|a| a != "oauth");
+            let token_exchange = self.token_exchange(i, auth, b.token_exchange, &transport, session, protocol);
+            out.push(BackendConfig {
+                name,
+                transport,
+                timeout,
+                protocol,
+                session,
+                max_instances,
+                token_exchange,
+                oauth,
+            });
         }
         out
+    }
+
+    /// `backends[i].auth = "oauth"` and `backends[i].oauth`, checked together.
+    fn oauth(
+        &mut self,
+        i: usize,
+        auth: Option<&str>,
+        raw: Option<raw::OAuth>,
+        transport: &Transport,
+    ) -> Option<OAuthClient> {
+        let key = |k: &str| format!("backends[{i}].{k}");
+        if auth != Some("oauth") {
+            if raw.is_some() {
+                self.problem(key("oauth"), "is used only with auth = \"oauth\"");
+            }
+            return None;
+        }
+        match transport {
+            Transport::Stdio { .. } => {
+                self.problem(key("auth"), "only an HTTP backend (with `url`) can be an OAuth-protected resource");
+                return None;
+            }
+            Transport::Http { headers, sse, .. } => {
+                if *sse {
+                    self.problem(key("transport"), "an OAuth backend speaks streamable HTTP; transport = \"sse\" with auth = \"oauth\" is not supported");
+                }
+                if let Some(h) = headers.keys().find(|h| h.eq_ignore_ascii_case("authorization")) {
+                    self.problem(
+                        format!("backends[{i}].headers.{h}"),
+                        "with auth = \"oauth\" the backend's Authorization is the token from `toolmux login`; remove this header",
+                    );
+                }
+            }
+        }
+        let raw = raw.unwrap_or_default();
+        let mut field = |name: &str, v: Option<String>| -> Option<String> {
+            match v.map(|v| self.expand(&v)) {
+                None => None,
+                Some(Ok(v)) => Some(v),
+                Some(Err(var)) => {
+                    self.problem(format!("backends[{i}].oauth.{name}"), unset(&var));
+                    None
+                }
+            }
+        };
+        let client_id = field("client_id", raw.client_id);
+        let client_secret = field("client_secret", raw.client_secret);
+        if client_secret.is_some() && client_id.is_none() {
+            self.problem(
+                key("oauth.client_secret"),
+                "goes with the client_id it was issued for; set oauth.client_id too",
+            );
+        }
+        let client_metadata_url = raw.client_metadata_url;
+        if let Some(u) = &client_metadata_url {
+            let path = u.strip_prefix("https://").and_then(|r| r.split_once('/')).map(|(_, p)| p);
+            if path.is_none_or(str::is_empty) {
+                self.problem(
+                    key("oauth.client_metadata_url"),
+                    format!("`{u}` must be an https:// URL with a path (the Client ID Metadata Document)"),
+                );
+            }
+        }
+        Some(OAuthClient {
+            client_id,
+            client_secret,
+            client_metadata_url,
+            scopes: raw.scopes.unwrap_or_default(),
+            redirect_port: raw.redirect_port.unwrap_or(0),
+        })
     }
 
     /// `backends[i].auth` and `backends[i].token_exchange`, checked together.
@@ -646,7 +759,7 @@ impl Validator<'_> {
             }
             Some("token_exchange") => {}
             Some(other) => {
-                self.problem(key("auth"), format!("`{other}` is not one of \"none\", \"token_exchange\""));
+                self.problem(key("auth"), format!("`{other}` is not one of \"none\", \"token_exchange\", \"oauth\""));
                 return None;
             }
         }

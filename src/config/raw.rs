@@ -131,6 +131,17 @@ pub struct Backend {
     /// `"token_exchange"`: each caller's token is exchanged for the backend's own.
     pub auth: Option<String>,
     pub token_exchange: Option<TokenExchange>,
+    pub oauth: Option<OAuth>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuth {
+    pub client_id: Option<String>,
+    pub client_secret: Option<String>,
+    pub client_metadata_url: Option<String>,
+    pub scopes: Option<Vec<String>>,
+    pub redirect_port: Option<u16>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -193,3 +193,43 @@ fn admins_are_names_or_groups_and_everyone_without_authentication() {
     let keys: Vec<_> = e.problems.iter().map(|p| p.key.as_str()).collect();
     assert_eq!(keys, ["auth.admins[0]", "auth.admins[1]"], "{e}");
 }
+
+#[test]
+fn oauth_backends_are_http_and_carry_no_authorization_header() {
+    let c = Config::parse(
+        "[[backends]]\nname = \"a\"\nurl = \"https://x/mcp\"\nauth = \"oauth\"\n[backends.oauth]\nclient_id = \"id\"\nscopes = [\"read\"]\nredirect_port = 8765\n",
+    )
+    .unwrap();
+    let o = c.backends[0].oauth.as_ref().unwrap();
+    assert_eq!(
+        (o.client_id.as_deref(), o.scopes.as_slice(), o.redirect_port),
+        (Some("id"), &["read".to_string()][..], 8765)
+    );
+    assert!(c.backends[0].token_exchange.is_none());
+    let err = Config::parse("[[backends]]\nname = \"a\"\ncommand = \"x\"\nauth = \"oauth\"\n").unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "backends[0].auth" && p.message.contains("HTTP")), "{err}");
+    let err = Config::parse(
+        "[[backends]]\nname = \"a\"\nurl = \"http://x\"\nauth = \"oauth\"\nheaders = { Authorization = \"Bearer x\" }\n",
+    )
+    .unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "backends[0].headers.Authorization"), "{err}");
+    let err = Config::parse("[[backends]]\nname = \"a\"\nurl = \"http://x\"\n[backends.oauth]\nclient_id = \"id\"\n")
+        .unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "backends[0].oauth"), "{err}");
+    let err = Config::parse(
+        "[[backends]]\nname = \"a\"\nurl = \"http://x\"\nauth = \"oauth\"\n[backends.oauth]\nclient_secret = \"s\"\nclient_metadata_url = \"http://x/\"\n",
+    )
+    .unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "backends[0].oauth.client_secret"), "{err}");
+    assert!(err.problems.iter().any(|p| p.key == "backends[0].oauth.client_metadata_url"), "{err}");
+}
+
+#[test]
+fn sse_is_a_transport_for_url_backends() {
+    let c = Config::parse("[[backends]]\nname = \"a\"\nurl = \"http://x/sse\"\ntransport = \"sse\"\n").unwrap();
+    assert!(matches!(c.backends[0].transport, Transport::Http { sse: true, .. }));
+    let err = Config::parse("[[backends]]\nname = \"a\"\nurl = \"http://x\"\ntransport = \"websocket\"\n").unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "backends[0].transport"), "{err}");
+    let err = Config::parse("[[backends]]\nname = \"a\"\ncommand = \"x\"\ntransport = \"sse\"\n").unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "backends[0].transport"), "{err}");
+}

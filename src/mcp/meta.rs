@@ -315,6 +315,7 @@ pub fn find_result(
     metrics: TokenMetrics,
     mode: &str,
     unavailable: Vec<Unavailable>,
+    needs_login: Vec<String>,
 ) -> CallToolResult {
     let mut body = json!({
         "tools": tools,
@@ -331,6 +332,10 @@ pub fn find_result(
     }
     if !unavailable.is_empty() {
         body["unavailable"] = serde_json::to_value(unavailable).expect("serialisable");
+    }
+    // Backends whose tools cannot be searched until someone logs in: said, not silently missing.
+    if !needs_login.is_empty() {
+        body["needs_login"] = json!(needs_login);
     }
     let mut r = CallToolResult::success(vec![ContentBlock::text(body.to_string())]);
     r.structured_content = Some(body);

@@ -60,9 +60,11 @@ fn find_result_carries_the_same_json_twice_and_tools_is_always_an_array() {
         TokenMetrics::new(10, 0),
         "hybrid",
         vec![],
+        vec![],
     );
     let sc = r.structured_content.clone().unwrap();
     assert_eq!(sc["tools"], json!([]));
+    assert!(sc.get("needs_login").is_none(), "said only when a backend waits for a login");
     let text = r.content[0].as_text().unwrap().text.clone();
     assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap(), sc);
 }

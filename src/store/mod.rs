@@ -11,7 +11,7 @@ pub mod learned;
 /// Writes `bytes` to `path` whole: to a temporary file beside it (its folder made if need be),
 /// renamed over it, so a reader never sees half a file. The tool ledger and the learned
 /// ranking are kept this way.
-fn write_whole(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn write_whole(path: &std::path::Path, bytes: &[u8]) -> anyhow::Result<()> {
     use std::io::Write;
 
     use anyhow::Context;

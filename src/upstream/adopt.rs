@@ -89,13 +89,15 @@ pub struct OwnSessionClient {
     pub inner: reqwest::Client,
     pub adoption: Arc<Adoption>,
     pub caller: CallerHeaders,
+    /// `auth = "oauth"`: told when the backend wants more scope than the grant holds.
+    pub grant: Option<Arc<super::oauth::Grant>>,
 }
 
 impl OwnSessionClient {
     /// For the gateway's own connection to a backend: no caller's headers, nothing adopted.
     pub fn gateways(inner: reqwest::Client) -> Self {
         let caller = CallerHeaders::new(Default::default(), Vec::new(), None);
-        Self { inner, adoption: Adoption::new(None, Arc::new(AtomicBool::new(false))), caller }
+        Self { inner, adoption: Adoption::new(None, Arc::new(AtomicBool::new(false))), caller, grant: None }
     }
 }
 
@@ -153,7 +155,11 @@ impl StreamableHttpClient for OwnSessionClient {
         let response = self
             .inner
             .post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits)
-            .await?;
+            .await;
+        if let (Err(StreamableHttpError::InsufficientScope(e)), Some(grant)) = (&response, &self.grant) {
+            grant.wants(&e.www_authenticate_header);
+        }
+        let response = response?;
         if initialize.is_some() {
             let given = match &response {
                 StreamableHttpPostResponse::Json(_, id) | StreamableHttpPostResponse::Sse(_, id) => id.clone(),

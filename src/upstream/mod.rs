@@ -25,6 +25,7 @@ pub mod children;
 mod client;
 pub mod exchange;
 pub mod identity;
+pub mod oauth;
 mod principals;
 mod session;
 mod sse;
@@ -121,6 +122,9 @@ pub enum CallError {
     /// The backend answered with a JSON-RPC error.
     #[error("backend `{backend}` returned an error: {}", error.message)]
     Remote { backend: String, error: ErrorData },
+    /// `auth = "oauth"`: the backend wants a login (none yet, revoked, or more scope).
+    #[error("backend `{}` {}", .0.backend, .0)]
+    NeedsLogin(oauth::NeedsLogin),
 }
 
 /// A request the backend is still working on. Dropped before it was answered or cancelled (the
@@ -219,6 +223,10 @@ pub struct Backend {
     last_error: std::sync::Mutex<Option<(String, std::time::SystemTime)>>,
     /// `auth = "token_exchange"`: each caller's token for this backend.
     pub(crate) exchanger: Option<Arc<exchange::Exchanger>>,
+    /// `auth = "oauth"`: the user's grant, carried by every connection.
+    grant: Option<Arc<oauth::Grant>>,
+    /// The last connection attempt failed for want of a login: what to run.
+    login_needed: std::sync::Mutex<Option<oauth::NeedsLogin>>,
 }
 
 /// Follows a backend's redirect only when it keeps the message and the credentials where they
@@ -263,6 +271,11 @@ impl Backend {
             relay,
             http: std::sync::OnceLock::new(),
             exchanger: config.token_exchange.clone().map(|t| Arc::new(exchange::Exchanger::new(t))),
+            login_needed: Default::default(),
+            grant: match (&config.oauth, &config.transport) {
+                (Some(_), Transport::Http { url, .. }) => Some(Arc::new(oauth::Grant::new(&config.name, url))),
+                _ => None,
+            },
             config,
         })
     }
@@ -350,6 +363,12 @@ impl Backend {
         self.last_error.lock().expect("last error").clone()
     }
 
+    /// Whether the backend waits for a login (`auth = "oauth"` with no usable grant), and the
+    /// advice that says which command gives it one.
+    pub fn needs_login(&self) -> Option<oauth::NeedsLogin> {
+        self.login_needed.lock().expect("login flag").clone()
+    }
+
     /// Cancelled when this backend is stopped, removed or replaced.
     pub fn retired(&self) -> &CancellationToken {
         &self.retired
@@ -367,6 +386,7 @@ impl Backend {
             match outcome {
                 Ok((service, listing)) => {
                     tracing::info!(backend = self.name(), tools = listing.tools.len(), "backend connected");
+                    *self.login_needed.lock().expect("login flag") = None;
                     backoff = BACKOFF_START;
                     self.listing.store(Arc::new(listing));
                     // A suspicion raised before this connection existed is not about it.
@@ -389,6 +409,7 @@ impl Backend {
                     tracing::warn!(backend = self.name(), "backend connection lost; reconnecting");
                 }
                 Err(err) => {
+                    *self.login_needed.lock().expect("login flag") = err.downcast_ref::<oauth::NeedsLogin>().cloned();
                     let first = !self.tried.swap(true, Ordering::AcqRel);
                     let error = crate::redact::urls(&format!("{err:#}"));
                     tracing::warn!(backend = self.name(), %error, retry_in = ?backoff, "backend unavailable");
@@ -485,8 +506,22 @@ impl Backend {
         let conn = session::next_conn();
         let handler = UpstreamClient::new(self.name().to_string(), conn, Some(self.relist.clone()), self.relay.clone());
         let service = self.open(handler, None).await?;
-        let listing = list_everything(service.peer()).await?;
+        let listing = match list_everything(service.peer()).await {
+            Ok(listing) => listing,
+            Err(e) => return Err(self.refused(e).await),
+        };
         Ok((service, listing))
+    }
+
+    /// A connection's failure, as [`oauth::NeedsLogin`] when the backend refused the grant.
+    async fn refused(&self, e: anyhow::Error) -> anyhow::Error {
+        match &self.grant {
+            Some(grant) if oauth::is_auth_refusal(&e) => {
+                let why = grant.wanted_scope().unwrap_or_else(|| "the backend refused the grant".into());
+                grant.refused(&why).await.into()
+            }
+            _ => e,
+        }
     }
 
     /// Opens a connection (initialize or discover) with `handler` on the gateway's side, for one
@@ -515,17 +550,25 @@ impl Backend {
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
                 let (fixed, per_caller) = split_headers(headers)?;
                 let cfg = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(fixed);
-                match own {
+                let client = match own {
+                    None => adopt::OwnSessionClient::gateways(self.http_client()?),
+                    Some((identity, adoption)) => {
+                        let caller = identity::CallerHeaders::new(identity.clone(), per_caller, self.exchanger.clone());
+                        adopt::OwnSessionClient { inner: self.http_client()?, adoption, caller, grant: None }
+                    }
+                };
+                match &self.grant {
                     None => {
-                        let client = adopt::OwnSessionClient::gateways(self.http_client()?);
                         let transport = StreamableHttpClientTransport::with_client(client, cfg);
                         handler.serve_with_lifecycle(transport, self.lifecycle()).await?
                     }
-                    Some((identity, adoption)) => {
-                        let caller = identity::CallerHeaders::new(identity.clone(), per_caller, self.exchanger.clone());
-                        let client = adopt::OwnSessionClient { inner: self.http_client()?, adoption, caller };
-                        let transport = StreamableHttpClientTransport::with_client(client, cfg);
-                        handler.serve_with_lifecycle(transport, self.lifecycle()).await?
+                    Some(grant) => {
+                        let client = adopt::OwnSessionClient { grant: Some(grant.clone()), ..client };
+                        let transport = StreamableHttpClientTransport::with_client(grant.wrap(client).await?, cfg);
+                        match handler.serve_with_lifecycle(transport, self.lifecycle()).await {
+                            Ok(service) => service,
+                            Err(e) => return Err(self.refused(e.into()).await),
+                        }
                     }
                 }
             }
@@ -584,6 +627,11 @@ impl Backend {
             ServiceError::McpError(error) => CallError::Remote { backend, error },
             ServiceError::Timeout { timeout } => CallError::Timeout { backend, after: timeout },
             ServiceError::Cancelled { .. } => CallError::Cancelled,
+            // Refused for want of scope: the session is fine, this call needs a new login.
+            other if self.grant.is_some() && oauth::is_auth_refusal(&anyhow::anyhow!("{other}")) => {
+                let why = self.grant.as_ref().and_then(|g| g.wanted_scope());
+                CallError::NeedsLogin(oauth::NeedsLogin::new(self.name(), why))
+            }
             other => {
                 match &link.own {
                     Some(conn) => conn.closed.cancel(),

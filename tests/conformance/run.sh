@@ -5,6 +5,10 @@
 # suite run: the released 0.1 line and the 0.2 line with the 2026-07-28 scenarios, each against
 # a backend that sends its requests to the client linked to their calls and one that does not.
 #
+# The 0.2 line's client scenarios run too, with toolmux as the client of the suite's mock servers
+# and authorization servers (tests/conformance/client.py), against
+# tests/conformance/expected-client-failures-<version>.txt.
+#
 # Usage: tests/conformance/run.sh [VERSION ...]   (default: every version below)
 #
 # Installs what it needs into a cache folder: each suite from npm and, where the machine's Node.js
@@ -126,5 +130,47 @@ for version in "${versions[@]}"; do
   nfailed=$(grep -cE '^✗ ' "$work/suite.out" || true)
   echo "conformance $version ($backend backend): $passed scenarios pass; $nfailed fail, each listed with its reason in $expected_file"
 done
+done
+
+# The client scenarios of the 0.2 line, with toolmux as the client: the suite runs
+# tests/conformance/client.py with each mock server's URL, which puts toolmux in front of it
+# (logging in first where the scenario is an authorization one) and drives it as an MCP client.
+client_versions=()
+for v in "${versions[@]}"; do [[ "$v" == 0.2.* ]] && client_versions+=("$v"); done
+for version in "${client_versions[@]}"; do
+  cache=$(install_suite "$version")
+  node_bin="$cache/node_modules/node-$os-$node_arch/bin"
+  if command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 22 ]; then
+    node_bin=$(dirname "$(command -v node)")
+  fi
+  expected_file="tests/conformance/expected-client-failures-$version.txt"
+  [ -f "$expected_file" ] || { echo "conformance: no $expected_file" >&2; exit 1; }
+  echo "conformance: client scenarios of suite $version, toolmux as the client"
+  set +e
+  PATH="$node_bin:$PATH" "$cache/node_modules/.bin/conformance" client --suite all \
+    --command "python3 $root/tests/conformance/client.py $target/debug/toolmux" > "$work/client-suite.out" 2>&1
+  set -e
+  summary=$(sed -n '/=== SUITE SUMMARY ===/,$p' "$work/client-suite.out" | sed "s/$(printf '\033')\\[[0-9;]*m//g")
+  if [ -z "$summary" ]; then
+    echo "conformance: the client suite $version did not run to its summary:" >&2
+    tail -40 "$work/client-suite.out" >&2
+    status=1
+    continue
+  fi
+  grep -v '^Total:' <<< "$summary"
+  failed=$(grep -E '^✗ ' <<< "$summary" | sed -E 's/^✗ ([^:]+):.*/\1/' || true)
+  expected=$(grep -vE '^\s*(#|$)' "$expected_file" | awk '{print $1}' || true)
+  unexpected=()
+  for f in $failed; do
+    grep -qx "$f" <<< "$expected" || unexpected+=("$f")
+  done
+  if [ ${#unexpected[@]} -gt 0 ]; then
+    echo "conformance: client suite $version: unexpected failures: ${unexpected[*]}" >&2
+    status=1
+  fi
+  for e in $expected; do
+    grep -qx "$e" <<< "$failed" || echo "conformance: client suite $version: $e passes now; remove it from $expected_file"
+  done
+  echo "conformance $version (client scenarios): $(grep -cE '^✓ ' <<< "$summary" || true) pass; $(grep -cE '^✗ ' <<< "$summary" || true) fail, each listed with its reason in $expected_file"
 done
 exit $status

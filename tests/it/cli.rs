@@ -269,3 +269,40 @@ fn import_with_nothing_to_read_says_where_it_looked() {
     assert!(text.contains("looked in") && text.contains("claude_desktop_config.json"), "{text}");
     assert!(!home.path().join("toolmux.toml").exists());
 }
+
+/// An OAuth backend nobody has logged in to: find_tool says so, with the command that fixes it,
+/// and `toolmux login` refuses what it cannot log in to, naming why.
+#[test]
+fn an_oauth_backend_without_a_grant_is_named_with_its_login_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_catalog_config(dir.path());
+    let mut toml = std::fs::read_to_string(&config).unwrap();
+    // Nothing listens there: without a grant toolmux does not even try.
+    toml.push_str("\n[[backends]]\nname = \"tracker\"\nurl = \"http://127.0.0.1:9/mcp\"\nauth = \"oauth\"\n");
+    std::fs::write(&config, toml).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["find", "--config", config.to_str().unwrap(), "open an issue in the tracker"])
+        .env("TOOLMUX_CONFIG_DIR", dir.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let needs = answer["needs_login"].as_array().unwrap_or_else(|| panic!("{answer}"));
+    assert_eq!(needs.len(), 1, "{answer}");
+    assert!(needs[0].as_str().unwrap().contains("run `toolmux login tracker"), "{answer}");
+    // The other backends are searched as ever.
+    assert!(!answer["tools"].as_array().unwrap().is_empty());
+
+    let login = |backend: &str| {
+        std::process::Command::new(BIN)
+            .args(["login", backend, "--config", config.to_str().unwrap(), "--no-browser"])
+            .env("TOOLMUX_CONFIG_DIR", dir.path().join("state"))
+            .output()
+            .unwrap()
+    };
+    let out = login("kit");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("set auth = \"oauth\""));
+    let out = login("nope");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("it has: kit, github, tracker"));
+}

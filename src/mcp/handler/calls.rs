@@ -214,7 +214,8 @@ impl GatewayHandler {
                 | CallError::AtCapacity { .. }
                 | CallError::SessionFailed { .. }
                 | CallError::PrincipalsBusy { .. }
-                | CallError::Exchange { .. },
+                | CallError::Exchange { .. }
+                | CallError::NeedsLogin(_),
             ) => "unavailable",
             Err(CallError::ConnectionLost { .. } | CallError::Remote { .. }) => "error",
         };

@@ -557,7 +557,8 @@ fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {
         | CallError::AtCapacity { .. }
         | CallError::SessionFailed { .. }
         | CallError::PrincipalsBusy { .. }
-        | CallError::Exchange { .. }) => Ok(meta::error_result(e.to_string())),
+        | CallError::Exchange { .. }
+        | CallError::NeedsLogin(_)) => Ok(meta::error_result(e.to_string())),
     }
 }
 
@@ -575,6 +576,7 @@ fn wire_error(e: CallError) -> ErrorData {
         | CallError::AtCapacity { .. }
         | CallError::SessionFailed { .. }
         | CallError::PrincipalsBusy { .. }
-        | CallError::Exchange { .. }) => ErrorData::internal_error(e.to_string(), None),
+        | CallError::Exchange { .. }
+        | CallError::NeedsLogin(_)) => ErrorData::internal_error(e.to_string(), None),
     }
 }

@@ -62,6 +62,7 @@ impl GatewayHandler {
             .collect();
         let returned: u64 = tools.iter().map(token_weight).sum();
         let unavailable = self.unavailable(snap, &query, &result.hits).await;
+        let needs_login = self.needs_login(snap);
         let mode =
             serde_json::to_value(result.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         let matched = meta::Match {
@@ -69,7 +70,14 @@ impl GatewayHandler {
             scores: result.similarity,
             non_english: crate::catalog::text::mostly_non_latin(&query.description),
         };
-        meta::find_result(&tools, &matched, TokenMetrics::new(snap.baseline_tokens, returned), &mode, unavailable)
+        meta::find_result(
+            &tools,
+            &matched,
+            TokenMetrics::new(snap.baseline_tokens, returned),
+            &mode,
+            unavailable,
+            needs_login,
+        )
     }
 
     /// Up to three names in `snap` (never outside it) closest to an unknown `name`: the nearest
@@ -100,6 +108,19 @@ impl GatewayHandler {
             }
         }
         out
+    }
+
+    /// The backends this caller may use that wait for a login, each with the command that
+    /// gives it one (their tools are unknown until then, so the search cannot name them).
+    fn needs_login(&self, snap: &Snapshot) -> Vec<String> {
+        let policy = self.gw.policy();
+        self.gw
+            .upstream
+            .backends()
+            .iter()
+            .filter(|b| !matches!(policy.backend(&snap.caller, b.name()), crate::session::Access::Nothing))
+            .filter_map(|b| b.needs_login().map(|n| format!("backend `{}` {n}", b.name())))
+            .collect()
     }
 
     /// Matches among tools whose backend is down: those that would rank with the returned ones.

@@ -1,0 +1,421 @@
+//! OAuth-protected backends (`auth = "oauth"`): the user logs in once (`toolmux login BACKEND`),
+//! and every connection to the backend carries the grant, refreshed before it expires.
+//!
+//! rmcp's `auth` module does the protocol: discovery from the 401's `WWW-Authenticate`
+//! (protected-resource metadata, authorization-server metadata, the 2025-03-26 fallbacks), client
+//! registration (pre-registered, Client ID Metadata Documents, dynamic), authorization code with
+//! PKCE and resource indicators, scope selection, the `iss` checks, refresh. toolmux adds what a
+//! gateway needs around it: a grant kept per backend in a file only the user can read
+//! ([`FileStore`]), a login that runs the browser flow on a loopback redirect ([`login`]), and a
+//! backend without a grant reported as needing one ([`NeedsLogin`]) instead of failing silently.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rmcp::transport::auth::{
+    AuthClient, AuthError, AuthorizationManager, AuthorizationRequest, AuthorizationSession, CredentialStore,
+    StoredCredentials,
+};
+use sha2::{Digest, Sha256};
+use tokio::sync::Mutex;
+
+use super::adopt::OwnSessionClient;
+use crate::config::OAuthClient;
+
+/// The backend has no usable grant: `toolmux login` gives it one.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("needs a login: run `toolmux login {backend}{config}`{why}")]
+pub struct NeedsLogin {
+    pub backend: String,
+    config: String,
+    why: String,
+}
+
+impl NeedsLogin {
+    pub fn new(backend: &str, why: Option<String>) -> Self {
+        let config = CONFIG_FILE.get().map(|p| format!(" --config {}", p.display())).unwrap_or_default();
+        Self { backend: backend.to_string(), config, why: why.map(|w| format!(" ({w})")).unwrap_or_default() }
+    }
+}
+
+/// The configuration file a running gateway was started with, named in [`NeedsLogin`]'s advice.
+static CONFIG_FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Records the configuration file, so that a backend needing a login names the exact command.
+pub fn set_config_file(path: &Path) {
+    let _ = CONFIG_FILE.set(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+}
+
+/// The folder toolmux keeps per-user state in: `TOOLMUX_CONFIG_DIR`, else `$XDG_CONFIG_HOME/toolmux`,
+/// else `~/.config/toolmux` (`%APPDATA%\toolmux` on Windows).
+pub fn config_folder() -> anyhow::Result<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = var("TOOLMUX_CONFIG_DIR") {
+        return Ok(dir);
+    }
+    if cfg!(windows)
+        && let Some(appdata) = var("APPDATA")
+    {
+        return Ok(appdata.join("toolmux"));
+    }
+    if let Some(xdg) = var("XDG_CONFIG_HOME") {
+        return Ok(xdg.join("toolmux"));
+    }
+    let home = var("HOME").or_else(|| var("USERPROFILE")).context("neither HOME nor USERPROFILE is set")?;
+    Ok(home.join(".config").join("toolmux"))
+}
+
+/// Where one backend's grant is kept: by name and URL, so a backend pointed elsewhere never
+/// sends a token minted for another server.
+pub fn grant_file(backend: &str, url: &str) -> anyhow::Result<PathBuf> {
+    let digest = Sha256::digest(url.as_bytes());
+    let tag = base16ct::lower::encode_string(&digest[..6]);
+    Ok(config_folder()?.join("oauth").join(format!("{backend}-{tag}.json")))
+}
+
+/// A grant (tokens and the client registration they belong to) in a file readable by its
+/// owner only, replaced whole on every save.
+#[derive(Debug, Clone)]
+pub struct FileStore {
+    path: PathBuf,
+}
+
+impl FileStore {
+    pub fn new(path: PathBuf) -> Self {
+        Self { path }
+    }
+}
+
+#[async_trait::async_trait]
+impl CredentialStore for FileStore {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        match tokio::fs::read(&self.path).await {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                AuthError::CredentialStoreError(format!(
+                    "{} is not a grant ({e}); remove it and log in again",
+                    self.path.display()
+                ))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(AuthError::CredentialStoreError(format!("reading {}: {e}", self.path.display()))),
+        }
+    }
+
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        let bytes = serde_json::to_vec(&credentials).map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || crate::store::write_whole(&path, &bytes))
+            .await
+            .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
+            .map_err(|e| AuthError::CredentialStoreError(format!("{e:#}")))
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        match tokio::fs::remove_file(&self.path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(AuthError::CredentialStoreError(format!("removing {}: {e}", self.path.display()))),
+        }
+    }
+}
+
+/// One backend's authorization, shared by all its connections: one manager, so one refresh at a
+/// time; dropped after an authorization failure so the next attempt reads the file again (where
+/// `toolmux login` may have put a new grant).
+pub struct Grant {
+    backend: String,
+    url: String,
+    client: Mutex<Option<AuthClient<OwnSessionClient>>>,
+    /// The scope the backend last asked for beyond the grant's (from a 403 `insufficient_scope`).
+    wanted: std::sync::Mutex<Option<String>>,
+}
+
+impl Grant {
+    pub fn new(backend: &str, url: &str) -> Self {
+        Self {
+            backend: backend.to_string(),
+            url: url.to_string(),
+            client: Mutex::new(None),
+            wanted: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The backend refused a request for want of scope (`challenge`: its `WWW-Authenticate`).
+    /// Kept beside the grant, so that the next `toolmux login` asks for that scope too.
+    pub fn wants(&self, challenge: &str) {
+        let scope = scope_of(challenge);
+        tracing::warn!(backend = %self.backend, scope = scope.as_deref().unwrap_or("?"), "the backend wants more scope than the grant holds; a new login is needed");
+        *self.wanted.lock().expect("wanted scope") = scope;
+        match grant_file(&self.backend, &self.url) {
+            Ok(file) => {
+                if let Err(e) = crate::store::write_whole(&wants_file(&file), challenge.as_bytes()) {
+                    tracing::warn!(backend = %self.backend, error = %e, "could not keep the wanted scope for the next login");
+                }
+            }
+            Err(e) => tracing::warn!(backend = %self.backend, error = %e, "no folder for the wanted scope"),
+        }
+    }
+
+    /// What the last refusal for want of scope asked for, as a reason to log in again.
+    pub fn wanted_scope(&self) -> Option<String> {
+        self.wanted.lock().expect("wanted scope").as_ref().map(|s| format!("the backend wants scope `{s}`"))
+    }
+
+    /// `http` wrapped to carry the grant; [`NeedsLogin`] when there is none.
+    pub async fn wrap(self: &Arc<Self>, http: OwnSessionClient) -> anyhow::Result<AuthClient<OwnSessionClient>> {
+        let mut cached = self.client.lock().await;
+        if let Some(template) = cached.as_ref() {
+            let mut client = template.clone();
+            client.http_client = http;
+            return Ok(client);
+        }
+        let mut manager = AuthorizationManager::new(self.url.as_str())
+            .await
+            .map_err(|e| anyhow::anyhow!("the backend's OAuth setup: {e}"))?;
+        manager.set_credential_store(FileStore::new(grant_file(&self.backend, &self.url)?));
+        match manager.initialize_from_store().await {
+            Ok(true) => {}
+            Ok(false) => return Err(NeedsLogin::new(&self.backend, None).into()),
+            Err(AuthError::CredentialStoreError(e)) => return Err(NeedsLogin::new(&self.backend, Some(e)).into()),
+            Err(e) => return Err(anyhow::anyhow!("the backend's authorization server: {e}")),
+        }
+        let client = AuthClient::new(http, manager);
+        *cached = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Forgets the manager after the backend refused the grant: the next connection reads the
+    /// file again. Returns the error to report.
+    pub async fn refused(&self, why: &str) -> NeedsLogin {
+        *self.client.lock().await = None;
+        NeedsLogin::new(&self.backend, Some(why.to_string()))
+    }
+}
+
+/// The file beside a grant that keeps the challenge of the backend's last refusal for want of
+/// scope, read (and removed) by the next login.
+fn wants_file(grant: &Path) -> PathBuf {
+    grant.with_extension("wants")
+}
+
+/// The `scope` parameter of a `WWW-Authenticate` challenge.
+fn scope_of(challenge: &str) -> Option<String> {
+    let at = challenge.find("scope=")? + "scope=".len();
+    let rest = &challenge[at..];
+    let value = match rest.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next()?,
+        None => rest.split([',', ' ']).next()?,
+    };
+    Some(value.to_string())
+}
+
+/// Whether a connection error says the backend wants (other) authorization.
+pub fn is_auth_refusal(err: &anyhow::Error) -> bool {
+    let text = format!("{err:#}");
+    text.contains("Auth required")
+        || text.contains("Insufficient scope")
+        || text.contains("OAuth authorization required")
+}
+
+/// How the login hands the user the authorization URL.
+pub enum Browser {
+    /// Opens the system browser (and prints the URL too).
+    Open,
+    /// Prints the URL only.
+    Print,
+}
+
+/// The browser flow for one backend: a loopback listener for the redirect, the authorization URL
+/// opened (or printed), the code exchanged, the grant saved. Returns the grant's file.
+pub async fn login(
+    backend: &str,
+    url: &str,
+    client: &OAuthClient,
+    browser: Browser,
+    timeout: Duration,
+) -> anyhow::Result<PathBuf> {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", client.redirect_port))
+        .await
+        .with_context(|| format!("listening for the redirect on 127.0.0.1:{}", client.redirect_port))?;
+    let redirect_uri = format!("http://127.0.0.1:{}/callback", listener.local_addr()?.port());
+
+    // The challenge of an unauthenticated request names the metadata and the scopes to ask for.
+    let challenge = reqwest::Client::new()
+        .post(url)
+        .header(http::header::ACCEPT, "application/json, text/event-stream")
+        .json(&serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "ping"}))
+        .send()
+        .await
+        .ok()
+        .filter(|r| r.status() == reqwest::StatusCode::UNAUTHORIZED)
+        .and_then(|r| r.headers().get(http::header::WWW_AUTHENTICATE)?.to_str().ok().map(str::to_string));
+
+    let file = grant_file(backend, url)?;
+    // A refusal for want of scope at run time names the scope this login must ask for.
+    let wanted = std::fs::read_to_string(wants_file(&file)).ok();
+    let challenge = wanted.or(challenge);
+    let mut manager = AuthorizationManager::new(url).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    manager.set_credential_store(FileStore::new(file.clone()));
+    let resolution = manager
+        .resolve_metadata_from_challenge(challenge.as_deref())
+        .await
+        .map_err(|e| anyhow::anyhow!("discovering the backend's authorization server: {e}"))?;
+    manager.set_metadata(resolution.metadata);
+
+    let mut request = AuthorizationRequest::new(redirect_uri.clone()).with_client_name("toolmux");
+    if let Some(c) = &challenge {
+        request = request.with_challenge(c.clone());
+    }
+    if !client.scopes.is_empty() {
+        request = request.with_scopes(client.scopes.iter().cloned());
+    } else {
+        request = request.with_initial_scope_selection();
+    }
+    if let Some(id) = &client.client_id {
+        request = request.with_preregistered_client(id.clone());
+        if let Some(secret) = &client.client_secret {
+            request = request.with_client_secret(secret.clone());
+        }
+    }
+    if let Some(u) = &client.client_metadata_url {
+        request = request.with_client_metadata_url(u.clone());
+    }
+    let session = AuthorizationSession::new(manager, request)
+        .await
+        .map_err(|(_, e)| anyhow::anyhow!("starting the authorization: {e}"))?;
+    let auth_url = session.get_authorization_url().to_string();
+
+    println!("Log in to `{backend}` in your browser:\n\n  {auth_url}\n");
+    if matches!(browser, Browser::Open) && !open_browser(&auth_url) {
+        println!("(no browser could be opened here: open the URL above yourself)");
+    }
+    println!("Waiting for the redirect to {redirect_uri} (up to {}s)…", timeout.as_secs());
+
+    let callback = tokio::time::timeout(timeout, redirect(&listener))
+        .await
+        .map_err(|_| anyhow::anyhow!("no login within {}s; run the command again", timeout.as_secs()))??;
+    session
+        .handle_callback_url(&callback)
+        .await
+        .map_err(|e| anyhow::anyhow!("the authorization server's answer was refused: {e}"))?;
+    let _ = std::fs::remove_file(wants_file(&file));
+    Ok(file)
+}
+
+/// Waits for the browser's redirect on `listener` and answers it; returns the full callback URL.
+async fn redirect(listener: &tokio::net::TcpListener) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let (mut stream, _) = listener.accept().await?;
+        let mut buf = vec![0u8; 8192];
+        let mut read = 0;
+        // The request line and headers; nothing of the body is needed.
+        while read < buf.len() {
+            let n = stream.read(&mut buf[read..]).await?;
+            if n == 0 {
+                break;
+            }
+            read += n;
+            if buf[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+        let head = String::from_utf8_lossy(&buf[..read]);
+        let target = head.lines().next().and_then(|l| l.split_whitespace().nth(1)).unwrap_or("").to_string();
+        if !target.starts_with("/callback") {
+            let _ = stream.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+            continue;
+        }
+        let failed = target.contains("error=");
+        let body = if failed {
+            "toolmux: the authorization server refused the login. See the terminal."
+        } else {
+            "toolmux: logged in. You can close this tab."
+        };
+        let response = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(response.as_bytes()).await;
+        if failed {
+            let query = target.split_once('?').map_or("", |(_, q)| q);
+            let error: Vec<String> = form_urlencoded::parse(query.as_bytes())
+                .filter(|(k, _)| k == "error" || k == "error_description")
+                .map(|(_, v)| v.into_owned())
+                .collect();
+            anyhow::bail!("the authorization server refused: {}", error.join(": "));
+        }
+        return Ok(format!("http://127.0.0.1{target}"));
+    }
+}
+
+/// Opens `url` in the system browser; false where there is none to open.
+fn open_browser(url: &str) -> bool {
+    let mut command = if cfg!(target_os = "macos") {
+        std::process::Command::new("open")
+    } else if cfg!(windows) {
+        let mut c = std::process::Command::new("rundll32");
+        c.arg("url.dll,FileProtocolHandler");
+        c
+    } else {
+        std::process::Command::new("xdg-open")
+    };
+    command
+        .arg(url)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scope_a_challenge_asks_for() {
+        let c = r#"Bearer error="insufficient_scope", scope="files:read files:write", resource_metadata="https://x/.well-known/oauth-protected-resource""#;
+        assert_eq!(scope_of(c).as_deref(), Some("files:read files:write"));
+        assert_eq!(scope_of("Bearer scope=admin, error=insufficient_scope").as_deref(), Some("admin"));
+        assert_eq!(scope_of("Bearer error=\"invalid_token\""), None);
+    }
+
+    #[tokio::test]
+    async fn a_grant_file_is_private_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("oauth").join("b-0.json");
+        let store = FileStore::new(path.clone());
+        assert!(store.load().await.unwrap().is_none());
+        store.save(StoredCredentials::new("client-1".into(), None, vec!["read".into()], Some(7))).await.unwrap();
+        let back = store.load().await.unwrap().unwrap();
+        assert_eq!((back.client_id.as_str(), back.granted_scopes.as_slice()), ("client-1", &["read".to_string()][..]));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        std::fs::write(&path, "not json").unwrap();
+        let err = store.load().await.unwrap_err().to_string();
+        assert!(err.contains("log in again"), "{err}");
+        store.clear().await.unwrap();
+        assert!(store.load().await.unwrap().is_none());
+    }
+
+    #[test]
+    fn the_advice_names_the_command() {
+        let n = NeedsLogin::new("linear", Some("the backend wants scope `admin`".into()));
+        let text = n.to_string();
+        assert!(text.starts_with("needs a login: run `toolmux login linear"), "{text}");
+        assert!(text.ends_with("(the backend wants scope `admin`)"), "{text}");
+    }
+
+    #[test]
+    fn grants_are_kept_per_backend_and_url() {
+        let a = grant_file("b", "https://one.example/mcp").unwrap();
+        let b = grant_file("b", "https://two.example/mcp").unwrap();
+        assert_ne!(a, b);
+        assert!(a.to_string_lossy().contains("oauth"));
+    }
+}
