@@ -6,7 +6,8 @@ Usage: sse_backend.py TOOLMUX_BINARY           runs the check
 The check starts the SDK's SSE server (2024-11-05 transport: GET /sse, POST /messages/), and a
 toolmux gateway in passthrough mode with it as `transport = "sse"` twice: once shared, once
 `per_client` with an identity header. Through the Python SDK's client it checks that the tools
-are listed and called, that the caller's identity header reaches the backend on its POSTs, and
+are listed and called, that the backend's elicitation during a call reaches the caller and its
+answer comes back, that the caller's identity header reaches the backend on its POSTs, and
 that after the backend restarts (a new process on the same port: every SSE session gone) the
 gateway connects afresh and calls go through again. Exits non-zero on the first failed check.
 """
@@ -27,6 +28,7 @@ from mcp import Client
 def serve(port: int) -> None:
     import uvicorn
     from mcp.server.mcpserver import Context, MCPServer
+    from pydantic import BaseModel
 
     server = MCPServer("legacy")
 
@@ -40,6 +42,15 @@ def serve(port: int) -> None:
         """The X-User header of the request that carried this call."""
         request = ctx.request_context.request
         return request.headers.get("x-user", "(none)") if request is not None else "(no request)"
+
+    class Name(BaseModel):
+        name: str
+
+    @server.tool()
+    async def greet(ctx: Context) -> str:
+        """Asks the client for a name (an elicitation relayed by toolmux) and greets it."""
+        answer = await ctx.elicit("Who is there?", Name)
+        return f"hello {answer.data.name}" if answer.action == "accept" else f"no name ({answer.action})"
 
     @server.tool()
     def pid() -> str:
@@ -89,17 +100,25 @@ def start_backend(port: int) -> subprocess.Popen:
     raise SystemExit("sse-backend: the SSE server did not start")
 
 
+async def answer(context, params):
+    from mcp import types
+
+    return types.ElicitResult(action="accept", content={"name": "sse"})
+
+
 async def calls(url: str, expect_pid: str | None) -> str:
-    async with Client(url, mode="legacy") as client:
+    async with Client(url, mode="legacy", elicitation_callback=answer) as client:
         names = sorted(t.name for t in (await client.list_tools()).tools)
         for prefix in ("legacy", "mine"):
-            check({f"{prefix}_shout", f"{prefix}_whoami", f"{prefix}_pid"} <= set(names), f"tools listed: {names}")
+            check({f"{prefix}_shout", f"{prefix}_whoami", f"{prefix}_greet", f"{prefix}_pid"} <= set(names), f"tools listed: {names}")
         shouted = await client.call_tool("legacy_shout", {"text": "through sse"})
         check(not shouted.is_error and text_of(shouted) == "THROUGH SSE", f"a call goes through: {shouted}")
         who = await client.call_tool("mine_whoami", {})
         check(text_of(who) == "anonymous", f"the caller's identity header reaches the backend: {text_of(who)}")
         shared_who = await client.call_tool("legacy_whoami", {})
         check(text_of(shared_who) == "(none)", f"the shared backend gets no identity: {text_of(shared_who)}")
+        greeted = await client.call_tool("mine_greet", {})
+        check(text_of(greeted) == "hello sse", f"the backend's elicitation is relayed to the caller: {greeted}")
         pid = text_of(await client.call_tool("legacy_pid", {}))
         if expect_pid is not None:
             check(pid == expect_pid, f"the restarted backend answers: {pid} != {expect_pid}")
@@ -159,7 +178,7 @@ headers = {{ X-User = "${{client.principal}}" }}
                 if time.monotonic() > deadline:
                     raise SystemExit(f"sse-backend: FAILED: no recovery after the backend restarted: {e}")
                 time.sleep(0.2)
-        print("sse-backend: listed, called, identity header carried, recovered after a restart")
+        print("sse-backend: listed, called, elicitation relayed, identity header carried, recovered after a restart")
     finally:
         gateway.terminate()
         backend.terminate()
