@@ -1,6 +1,7 @@
-//! Embedding speed: toolmux's candle model against sentence-transformers on torch (CPU), the
-//! Python baseline, on the same machine, model files and texts, in alternating rounds so that
-//! both sides see the same background load. Prints each side's figures and their ratio.
+//! Embedding speed: toolmux's candle model, in f32 and in int8 (`optimizer.precision`), against
+//! sentence-transformers on torch (CPU), the Python baseline, on the same machine, model files
+//! and texts, in alternating rounds so that every side sees the same background load. Prints each
+//! side's figures and the ratios.
 //!
 //! The baseline runs when `benches/python/setup.sh` has installed it (or `TOOLMUX_BASELINE_PYTHON`
 //! names a python with torch and sentence-transformers); otherwise only candle is measured.
@@ -107,6 +108,7 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let files = model_files();
     let m = model();
+    let m8 = model_in(toolmux::config::Precision::Int8);
     let (tool_texts, query_texts) = texts();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let queries: Vec<String> = query_texts.iter().take(ROUNDS * QUERIES_PER_ROUND).cloned().collect();
@@ -143,27 +145,29 @@ fn main() {
     }
 
     let mut ours = Timings::default();
+    let mut ours8 = Timings::default();
     let mut theirs = Timings::default();
     for round in 0..ROUNDS {
         let qs = &queries[round * QUERIES_PER_ROUND..(round + 1) * QUERIES_PER_ROUND];
-        let mut candle = || {
+        let candle = |m: &std::sync::Arc<toolmux::embed::worker::ModelEmbedder>, into: &mut Timings| {
             for q in qs {
                 let t = Instant::now();
                 rt.block_on(m.embed(vec![q.clone()])).unwrap();
-                ours.query.push(t.elapsed().as_secs_f64());
+                into.query.push(t.elapsed().as_secs_f64());
             }
             for _ in 0..BATCH_REPEAT {
                 let t = Instant::now();
                 rt.block_on(m.embed(batch.clone())).unwrap();
-                ours.batch.push(t.elapsed().as_secs_f64());
+                into.batch.push(t.elapsed().as_secs_f64());
             }
             let t = Instant::now();
             rt.block_on(m.embed(catalog.clone())).unwrap();
-            ours.catalog.push(t.elapsed().as_secs_f64());
+            into.catalog.push(t.elapsed().as_secs_f64());
         };
         // Alternate who goes first, so neither side always runs on a warmer machine.
         if round % 2 == 1 {
-            candle();
+            candle(&m, &mut ours);
+            candle(&m8, &mut ours8);
         }
         if let Some(py) = &mut py {
             theirs.query.extend(py.seconds(json!({"op": "query", "texts": qs})));
@@ -175,27 +179,34 @@ fn main() {
                 .extend(py.seconds(json!({"op": "batch", "texts": catalog, "batch_size": BATCH, "repeat": 1})));
         }
         if round % 2 == 0 {
-            candle();
+            candle(&m8, &mut ours8);
+            candle(&m, &mut ours);
         }
         eprintln!("round {}/{ROUNDS} done", round + 1);
     }
 
     println!("\nembedding, {threads} threads, medians of {ROUNDS} alternating rounds");
-    println!("{:<34} {:>12} {:>12} {:>10}", "", "candle", "torch", "ratio");
-    let row = |label: &str, a: f64, b: Option<f64>, unit: &str, higher_is_better: bool| {
-        let ratio = b.map(|b| if higher_is_better { a / b } else { b / a });
+    println!(
+        "{:<34} {:>12} {:>12} {:>12} {:>10} {:>10}",
+        "", "candle f32", "candle int8", "torch", "int8/f32", "f32/torch"
+    );
+    let row = |label: &str, a: f64, a8: f64, b: Option<f64>, unit: &str, higher_is_better: bool| {
+        let better = |x: f64, y: f64| if higher_is_better { x / y } else { y / x };
         println!(
-            "{label:<34} {:>12} {:>12} {:>10}",
+            "{label:<34} {:>12} {:>12} {:>12} {:>10} {:>10}",
             format!("{a:.1} {unit}"),
+            format!("{a8:.1} {unit}"),
             b.map_or("-".into(), |b| format!("{b:.1} {unit}")),
-            ratio.map_or("-".into(), |r| format!("{r:.2}x")),
+            format!("{:.2}x", better(a8, a)),
+            b.map_or("-".into(), |b| format!("{:.2}x", better(a, b))),
         );
     };
     let has = py.is_some();
-    row("query p50", ours.query_ms(), has.then(|| theirs.query_ms()), "ms", false);
+    row("query p50", ours.query_ms(), ours8.query_ms(), has.then(|| theirs.query_ms()), "ms", false);
     row(
         &format!("batch of {BATCH}, texts/s"),
         ours.rate(BATCH, |t| &mut t.batch),
+        ours8.rate(BATCH, |t| &mut t.batch),
         has.then(|| theirs.rate(BATCH, |t| &mut t.batch)),
         "/s",
         true,
@@ -203,13 +214,57 @@ fn main() {
     row(
         &format!("{CATALOG} texts in batches of {BATCH}, texts/s"),
         ours.rate(CATALOG, |t| &mut t.catalog),
+        ours8.rate(CATALOG, |t| &mut t.catalog),
         has.then(|| theirs.rate(CATALOG, |t| &mut t.catalog)),
         "/s",
         true,
     );
+    // The physical floor of a query: the dense layers' weights, streamed once, at the memory
+    // bandwidth of this machine.
+    let config: Value = serde_json::from_str(&std::fs::read_to_string(&files.config).unwrap()).unwrap();
+    let (h, i, layers) = (
+        config["hidden_size"].as_u64().unwrap() as f64,
+        config["intermediate_size"].as_u64().unwrap() as f64,
+        config["num_hidden_layers"].as_u64().unwrap() as f64,
+    );
+    let params = layers * (4.0 * h * h + 2.0 * h * i);
+    let gbps = read_bandwidth_gbps(threads);
+    let block = toolmux::simd::BLOCK as f64;
+    for (label, bytes) in [("f32", params * 4.0), ("int8", params * (1.0 + 4.0 / block))] {
+        println!(
+            "floor, {label}: {:.1} MB of dense weights / {gbps:.1} GB/s read bandwidth = {:.2} ms a query",
+            bytes / 1e6,
+            bytes / (gbps * 1e9) * 1e3
+        );
+    }
     let py_rss = py.as_mut().map(|p| p.ask(json!({"op": "info"}))["peak_rss_mib"].as_f64().unwrap_or(0.0));
-    row("peak RSS, MiB", peak_rss_mib(), py_rss, "", false);
-    println!("(ratio: how many times better candle is; above 1.00 candle is faster or smaller)");
+    println!(
+        "peak RSS of this process (both candle models loaded): {:.0} MiB; torch: {}",
+        peak_rss_mib(),
+        py_rss.map_or("-".into(), |r| format!("{r:.0} MiB"))
+    );
+    println!("(ratios: how many times better the first is; above 1.00 it is faster)");
+}
+
+/// Memory read bandwidth with `threads` threads summing their share of a buffer far larger than
+/// the caches: the best of five passes.
+fn read_bandwidth_gbps(threads: usize) -> f64 {
+    let words: usize = 64 << 20; // 512 MiB of u64
+    let buffer: Vec<u64> = (0..words as u64).collect();
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let total: u64 = std::thread::scope(|s| {
+            let parts: Vec<_> = buffer
+                .chunks(words.div_ceil(threads))
+                .map(|part| s.spawn(move || part.iter().fold(0u64, |a, &x| a.wrapping_add(x))))
+                .collect();
+            parts.into_iter().map(|p| p.join().unwrap()).fold(0u64, u64::wrapping_add)
+        });
+        std::hint::black_box(total);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    (words * 8) as f64 / best / 1e9
 }
 
 #[derive(Default)]

@@ -165,8 +165,11 @@ fn per_caller(callers: usize) -> usize {
 fn concurrent() {
     use toolmux::embed::worker::{Batching, ModelEmbedder};
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let plain = Arc::new(ModelEmbedder::start_with(&model_files(), Batching::none()).expect("model loads"));
-    let batched = Arc::new(ModelEmbedder::start_with(&model_files(), Batching::default()).expect("model loads"));
+    let plain =
+        Arc::new(ModelEmbedder::start_with(&model_files(), Batching::none(), Default::default()).expect("model loads"));
+    let batched = Arc::new(
+        ModelEmbedder::start_with(&model_files(), Batching::default(), Default::default()).expect("model loads"),
+    );
     let generation = Arc::new(generation(&rt, &batched, 10_000));
     let snap = Arc::new(scope(generation.clone(), &|_| true, &AllowAll, &Caller::anonymous()));
     println!("| callers | model | requests/s | p50 ms | p99 ms | busy |");

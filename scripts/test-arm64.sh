@@ -98,11 +98,12 @@ for cpu in cortex-a72 neoverse-n1; do
   fi
   echo "arm64: $cpu: golden vectors and the end-to-end smoke test"
   if ! QEMU_CPU=$cpu TMPDIR=$scratch "$it_tests" --test-threads 1 --nocapture \
-      search::embeddings_match_sentence_transformers cli::smoke_optimizer_over_stdio_finds_and_calls \
+      search::embeddings_match_sentence_transformers search::int8_embeddings_stay_close_to_sentence_transformers \
+      cli::smoke_optimizer_over_stdio_finds_and_calls \
       > "$scratch/it.log" 2>&1; then
     tail -40 "$scratch/it.log"; status=1
   fi
-  grep -oE 'golden vectors: .*|^test result.*' "$scratch/it.log" || true
+  grep -oE 'golden vectors(, int8)?: .*|^test result.*' "$scratch/it.log" || true
   echo "arm64: $cpu took $(( $(date +%s) - t0 )) s"
   rm -rf "$scratch"
 done

@@ -103,6 +103,9 @@ enum Command {
         /// Which text to index per tool.
         #[arg(long, value_enum, default_value = "full")]
         text_form: toolmux::eval::TextForm,
+        /// The encoder's arithmetic, as `optimizer.precision`: f32 or int8.
+        #[arg(long, default_value = "f32", value_parser = parse_precision)]
+        precision: toolmux::config::Precision,
     },
     /// How often find_tool's match verdict is right: answerable, no-fit and translated queries.
     EvalVerdict {
@@ -464,6 +467,14 @@ fn connect(
     Ok(ExitCode::SUCCESS)
 }
 
+fn parse_precision(s: &str) -> Result<toolmux::config::Precision, String> {
+    match s {
+        "f32" => Ok(toolmux::config::Precision::F32),
+        "int8" => Ok(toolmux::config::Precision::Int8),
+        other => Err(format!("`{other}` is not f32 or int8")),
+    }
+}
+
 /// The log filter when none is given.
 const DEFAULT_LOG_FILTER: &str = "warn,toolmux=info";
 
@@ -636,9 +647,17 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             toolmux::eval::study::run(&sets, model_dir.as_deref()).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Eval { tools, queries, k, out, model_dir, text_form } => {
-            let e =
-                toolmux::eval::evaluate(&tools, &queries, k, out.as_deref(), model_dir.as_deref(), text_form).await?;
+        Command::Eval { tools, queries, k, out, model_dir, text_form, precision } => {
+            let e = toolmux::eval::evaluate(
+                &tools,
+                &queries,
+                k,
+                out.as_deref(),
+                model_dir.as_deref(),
+                text_form,
+                precision,
+            )
+            .await?;
             toolmux::eval::print(&e);
             Ok(ExitCode::SUCCESS)
         }

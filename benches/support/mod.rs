@@ -35,6 +35,12 @@ pub fn model() -> Arc<ModelEmbedder> {
     Arc::new(ModelEmbedder::start(&model_files()).expect("model loads"))
 }
 
+/// The model in `precision` (`optimizer.precision`).
+pub fn model_in(precision: toolmux::config::Precision) -> Arc<ModelEmbedder> {
+    let batching = toolmux::embed::worker::Batching::default();
+    Arc::new(ModelEmbedder::start_with(&model_files(), batching, precision).expect("model loads"))
+}
+
 fn lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))

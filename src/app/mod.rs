@@ -91,8 +91,10 @@ pub struct App {
 pub fn load_embedder(config: &Config) -> anyhow::Result<Arc<ModelEmbedder>> {
     let roots = files::default_model_roots();
     let files = files::locate(&config.optimizer.model, config.optimizer.model_dir.as_deref(), &roots, true)?;
-    tracing::info!(model = %files.manifest.id, source = %files.source, simd = crate::simd::path(), "model files verified");
-    Ok(Arc::new(ModelEmbedder::start(&files)?))
+    let precision = config.optimizer.precision;
+    tracing::info!(model = %files.manifest.id, source = %files.source, simd = crate::simd::path(), precision = precision.name(), "model files verified");
+    let batching = crate::embed::worker::Batching::default();
+    Ok(Arc::new(ModelEmbedder::start_with(&files, batching, precision)?))
 }
 
 impl App {

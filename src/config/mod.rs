@@ -238,6 +238,27 @@ pub struct OptimizerConfig {
     pub learning: bool,
     /// Where what was learned is kept between runs; in memory without it.
     pub learning_file: Option<PathBuf>,
+    /// The encoder's arithmetic.
+    pub precision: Precision,
+}
+
+/// The arithmetic of the encoder's dense layers (`optimizer.precision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// 32-bit floats, as the model was trained.
+    #[default]
+    F32,
+    /// Weights in signed bytes per output channel, activations per row, sums in 32-bit integers.
+    Int8,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Int8 => "int8",
+        }
+    }
 }
 
 /// How much of each tool find_tool's answer carries.
@@ -884,6 +905,14 @@ impl Validator<'_> {
             pinned: self.globs("optimizer.pinned", raw.pinned.unwrap_or_default()),
             learning: raw.learning.unwrap_or(true),
             learning_file: raw.learning_file.filter(|p| !p.trim().is_empty()).map(PathBuf::from),
+            precision: match raw.precision.as_deref() {
+                None | Some("f32") => Precision::F32,
+                Some("int8") => Precision::Int8,
+                Some(other) => {
+                    self.problem("optimizer.precision", format!("`{other}` is not \"f32\" or \"int8\""));
+                    Precision::F32
+                }
+            },
             answer: match raw.answer.as_deref() {
                 None | Some("compact") => AnswerForm::Compact,
                 Some("full") => AnswerForm::Full,

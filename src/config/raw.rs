@@ -191,6 +191,7 @@ pub struct Optimizer {
     pub answer: Option<String>,
     pub learning: Option<bool>,
     pub learning_file: Option<String>,
+    pub precision: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -14,7 +14,10 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, Device, Layout, Shape, Tenso
 use candle_nn::VarBuilder;
 use serde::Deserialize;
 
+use std::sync::Arc;
+
 use super::kernels;
+use crate::config::Precision;
 
 /// The fields of a BERT `config.json` the encoder uses.
 #[derive(Debug, Clone, Deserialize)]
@@ -36,24 +39,42 @@ struct Norm {
 }
 
 struct Dense {
-    /// `Wᵀ`, `(in, out)` and contiguous: gemm's kernels run faster on a row-major right-hand
-    /// side than on the transposed view of the stored `(out, in)` matrix (3× at 20 tokens).
-    weight_t: Tensor,
+    weights: Weights,
     bias: Tensor,
 }
 
+enum Weights {
+    /// `Wᵀ`, `(in, out)` and contiguous: gemm's kernels run faster on a row-major right-hand
+    /// side than on the transposed view of the stored `(out, in)` matrix (3× at 20 tokens).
+    F32(Tensor),
+    /// Signed bytes per output channel ([`kernels::QWeights`]); the f32 copy is not kept.
+    Int8(Arc<kernels::QWeights>),
+}
+
 impl Dense {
-    fn load(vb: VarBuilder, out: usize, inp: usize) -> candle_core::Result<Self> {
-        Self::new(&vb.get((out, inp), "weight")?, vb.get(out, "bias")?)
+    fn load(vb: VarBuilder, out: usize, inp: usize, precision: Precision) -> candle_core::Result<Self> {
+        Self::new(&vb.get((out, inp), "weight")?, vb.get(out, "bias")?, precision)
     }
 
-    fn new(weight: &Tensor, bias: Tensor) -> candle_core::Result<Self> {
-        Ok(Self { weight_t: weight.t()?.contiguous()?, bias })
+    fn new(weight: &Tensor, bias: Tensor, precision: Precision) -> candle_core::Result<Self> {
+        let weights = match precision {
+            Precision::F32 => Weights::F32(weight.t()?.contiguous()?),
+            Precision::Int8 => {
+                let (cols, inner) = weight.dims2()?;
+                let w = weight.flatten_all()?.to_vec1::<f32>()?;
+                Weights::Int8(Arc::new(kernels::QWeights::new(&w, cols, inner)))
+            }
+        };
+        Ok(Self { weights, bias })
     }
 
     /// `x Wᵀ + b` for `x` of shape `(tokens, in)`.
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        x.apply_op2_no_bwd(&self.weight_t, &MatMul)?.broadcast_add(&self.bias)
+        let product = match &self.weights {
+            Weights::F32(weight_t) => x.apply_op2_no_bwd(weight_t, &MatMul)?,
+            Weights::Int8(q) => x.apply_op1_no_bwd(&QMatMul(q.clone()))?,
+        };
+        product.broadcast_add(&self.bias)
     }
 }
 
@@ -87,7 +108,7 @@ fn norm(vb: VarBuilder, size: usize) -> candle_core::Result<Norm> {
 }
 
 impl Encoder {
-    pub fn load(vb: VarBuilder, config: &Config) -> anyhow::Result<Self> {
+    pub fn load(vb: VarBuilder, config: &Config, precision: Precision) -> anyhow::Result<Self> {
         anyhow::ensure!(config.hidden_act == "gelu", "hidden_act `{}` is not supported (gelu only)", config.hidden_act);
         anyhow::ensure!(
             config.hidden_size.is_multiple_of(config.num_attention_heads),
@@ -109,11 +130,15 @@ impl Encoder {
                 };
                 let ((q_w, q_b), (k_w, k_b), (v_w, v_b)) = (part("query")?, part("key")?, part("value")?);
                 Ok(Layer {
-                    qkv: Dense::new(&Tensor::cat(&[&q_w, &k_w, &v_w], 0)?, Tensor::cat(&[&q_b, &k_b, &v_b], 0)?)?,
-                    attention_out: Dense::load(a.pp("output.dense"), h, h)?,
+                    qkv: Dense::new(
+                        &Tensor::cat(&[&q_w, &k_w, &v_w], 0)?,
+                        Tensor::cat(&[&q_b, &k_b, &v_b], 0)?,
+                        precision,
+                    )?,
+                    attention_out: Dense::load(a.pp("output.dense"), h, h, precision)?,
                     attention_norm: norm(a.pp("output.LayerNorm"), h)?,
-                    intermediate: Dense::load(l.pp("intermediate.dense"), config.intermediate_size, h)?,
-                    output: Dense::load(l.pp("output.dense"), h, config.intermediate_size)?,
+                    intermediate: Dense::load(l.pp("intermediate.dense"), config.intermediate_size, h, precision)?,
+                    output: Dense::load(l.pp("output.dense"), h, config.intermediate_size, precision)?,
                     output_norm: norm(l.pp("output.LayerNorm"), h)?,
                 })
             })
@@ -250,6 +275,26 @@ impl CustomOp2 for MatMul {
         let mut out = vec![0f32; rows * cols];
         kernels::matmul(x, w, rows, inner, cols, &mut out);
         Ok((CpuStorage::F32(out), Shape::from((rows, cols))))
+    }
+}
+
+/// [`kernels::qmatmul`] as a candle op: `(rows, inner)` · int8 `Wᵀ`.
+struct QMatMul(Arc<kernels::QWeights>);
+
+impl CustomOp1 for QMatMul {
+    fn name(&self) -> &'static str {
+        "qmatmul"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = f32_data(self.name(), storage, layout)?;
+        let (rows, inner) = layout.shape().dims2()?;
+        if inner != self.0.inner() {
+            candle_core::bail!("qmatmul: ({rows}, {inner}) by int8 ({}, {})", self.0.inner(), self.0.cols());
+        }
+        let mut out = vec![0f32; rows * self.0.cols()];
+        kernels::qmatmul(x, rows, &self.0, &mut out);
+        Ok((CpuStorage::F32(out), Shape::from((rows, self.0.cols()))))
     }
 }
 

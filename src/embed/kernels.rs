@@ -143,6 +143,96 @@ pub fn matmul(x: &[f32], w: &[f32], rows: usize, inner: usize, cols: usize, out:
     });
 }
 
+/// One dense layer's weights in int8: a row of `inner` signed bytes per output column, in
+/// blocks of [`crate::simd::BLOCK`] with a scale each (symmetric; Q8_0's layout), so
+/// `w[c][i] ≈ codes[c][i] · scales[c][i / BLOCK]`. A little over a quarter of the f32 bytes: the
+/// weights a query's pass streams are what bounds it.
+pub struct QWeights {
+    codes: Vec<i8>,
+    scales: Vec<f32>,
+    inner: usize,
+    cols: usize,
+}
+
+impl QWeights {
+    /// Quantises `w`, stored `(cols, inner)` row-major (PyTorch's `(out, in)`).
+    pub fn new(w: &[f32], cols: usize, inner: usize) -> Self {
+        assert_eq!(w.len(), cols * inner, "w is cols × inner");
+        let blocks = inner.div_ceil(crate::simd::BLOCK);
+        let mut codes = Vec::with_capacity(w.len());
+        let mut scales = Vec::with_capacity(cols * blocks);
+        for row in w.chunks_exact(inner.max(1)).take(cols) {
+            for block in row.chunks(crate::simd::BLOCK) {
+                let (c, s) = crate::simd::quantize(block);
+                codes.extend_from_slice(&c);
+                scales.push(s);
+            }
+        }
+        Self { codes, scales, inner, cols }
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn inner(&self) -> usize {
+        self.inner
+    }
+}
+
+/// `out = x · Wᵀ` for row-major `x` (`rows × inner`) and int8 weights: each row of `x` is
+/// quantised on the fly in blocks of [`crate::simd::BLOCK`] values (each block its own scale:
+/// BERT's activations have a few outlier features, which would spoil a whole row's scale),
+/// products are summed exactly in 32-bit integers per block and scaled back per block.
+///
+/// Threads split the output columns, each streaming its share of the weights once against every
+/// row (a row of weights stays in L1 while the rows pass).
+pub fn qmatmul(x: &[f32], rows: usize, w: &QWeights, out: &mut [f32]) {
+    use crate::simd::BLOCK;
+    let (inner, cols) = (w.inner, w.cols);
+    assert_eq!(x.len(), rows * inner, "x is rows × inner");
+    assert_eq!(out.len(), rows * cols, "out is rows × cols");
+    let blocks = inner.div_ceil(BLOCK);
+    let mut xq = Vec::with_capacity(rows * inner);
+    let mut xs = Vec::with_capacity(rows * blocks);
+    for row in x.chunks_exact(inner.max(1)).take(rows) {
+        for block in row.chunks(BLOCK) {
+            let (c, s) = crate::simd::quantize(block);
+            xq.extend_from_slice(&c);
+            xs.push(s);
+        }
+    }
+    /// Output columns `[start, end)` of every row.
+    struct Block(*mut f32, usize, usize);
+    // SAFETY: blocks cover disjoint columns of `out`, which outlives the scope they are used in.
+    unsafe impl Send for Block {}
+    let product = |Block(base, start, end): Block| {
+        let mut sums = vec![0f32; rows];
+        for c in start..end {
+            let row = &w.codes[c * inner..(c + 1) * inner];
+            crate::simd::idot_rows_blocks(row, &w.scales[c * blocks..(c + 1) * blocks], &xq, &xs, &mut sums);
+            for (r, &sum) in sums.iter().enumerate() {
+                // SAFETY: `r < rows` and `start <= c < end <= cols`: inside `out`, and in this
+                // block's columns only.
+                unsafe { *base.add(r * cols + c) = sum };
+            }
+        }
+    };
+    let threads = rayon::current_num_threads().max(1);
+    let base = out.as_mut_ptr();
+    if threads == 1 {
+        product(Block(base, 0, cols));
+        return;
+    }
+    let width = cols.div_ceil(threads * 4).max(1);
+    let blocks: Vec<Block> = (0..cols).step_by(width).map(|s| Block(base, s, (s + width).min(cols))).collect();
+    rayon::scope(|scope| {
+        for block in blocks {
+            scope.spawn(|_| product(block));
+        }
+    });
+}
+
 /// Self-attention over packed sequences: no padding, no mask.
 ///
 /// `qkv` holds one row per token, `3 · heads · head_dim` wide (queries, then keys, then values);
@@ -352,5 +442,29 @@ mod tests {
         let want = naive(&qkv, &lens, heads, d);
         let worst = out.iter().zip(&want).map(|(a, b)| (*a as f64 - b).abs()).fold(0.0, f64::max);
         assert!(worst < 1e-5, "max difference {worst}");
+    }
+
+    #[test]
+    fn int8_products_stay_close_to_f32() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        let mut rng = StdRng::seed_from_u64(3);
+        let (rows, inner, cols) = (5, 100, 37);
+        let x: Vec<f32> = (0..rows * inner).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let w: Vec<f32> = (0..cols * inner).map(|_| rng.random_range(-0.2..0.2)).collect();
+        // f32: x · Wᵀ with W stored (cols, inner).
+        let mut w_t = vec![0f32; inner * cols];
+        for c in 0..cols {
+            for i in 0..inner {
+                w_t[i * cols + c] = w[c * inner + i];
+            }
+        }
+        let mut want = vec![0f32; rows * cols];
+        matmul(&x, &w_t, rows, inner, cols, &mut want);
+        let mut got = vec![0f32; rows * cols];
+        qmatmul(&x, rows, &QWeights::new(&w, cols, inner), &mut got);
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (g, e) in got.iter().zip(&want) {
+            assert!((g - e).abs() <= 0.02 * scale, "{g} vs {e} (largest {scale})");
+        }
     }
 }

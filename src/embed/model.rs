@@ -9,6 +9,7 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 use super::bert::{Config, Encoder};
 use super::files::ModelFiles;
+use crate::config::Precision;
 
 /// Tokens per forward pass. Texts are packed without padding, so this bounds the activations
 /// (a few tens of MB), not the number of texts.
@@ -22,7 +23,8 @@ pub struct SentenceModel {
 }
 
 impl SentenceModel {
-    pub fn load(files: &ModelFiles) -> anyhow::Result<Self> {
+    /// Loads the model with its dense layers in `precision` (int8 weights are quantised here).
+    pub fn load(files: &ModelFiles, precision: Precision) -> anyhow::Result<Self> {
         let device = Device::Cpu;
         let config: Config = serde_json::from_str(&std::fs::read_to_string(&files.config)?)?;
         let mut tokenizer = Tokenizer::from_file(&files.tokenizer).map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?;
@@ -32,7 +34,7 @@ impl SentenceModel {
         tokenizer.with_padding(None);
         // SAFETY: the weights file was just verified by checksum and is not modified while mapped.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&files.weights], DType::F32, &device)? };
-        let encoder = Encoder::load(vb, &config)?;
+        let encoder = Encoder::load(vb, &config, precision)?;
         anyhow::ensure!(
             encoder.hidden() == files.manifest.dims,
             "the manifest says {} dimensions, the model has {}",
@@ -43,7 +45,11 @@ impl SentenceModel {
             encoder,
             tokenizer,
             dim: files.manifest.dims,
-            id: format!("{}@{}", files.manifest.id, files.manifest.revision),
+            // Vectors of one precision are not another's: the cache keys on this.
+            id: match precision {
+                Precision::F32 => format!("{}@{}", files.manifest.id, files.manifest.revision),
+                p => format!("{}@{}+{}", files.manifest.id, files.manifest.revision, p.name()),
+            },
         })
     }
 

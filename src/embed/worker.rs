@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::files::ModelFiles;
 use super::model::SentenceModel;
 use super::{EmbedError, Embedder};
+use crate::config::Precision;
 
 /// Jobs that may wait for the model before callers are told it is overloaded.
 pub const QUEUE_DEPTH: usize = 256;
@@ -64,12 +65,13 @@ pub struct ModelEmbedder {
 impl ModelEmbedder {
     /// Loads the model (on the calling thread, so load errors surface here) and starts its thread.
     pub fn start(files: &ModelFiles) -> anyhow::Result<Self> {
-        Self::start_with(files, Batching::default())
+        Self::start_with(files, Batching::default(), Precision::default())
     }
 
-    /// [`ModelEmbedder::start`], grouping waiting requests by `batching`.
-    pub fn start_with(files: &ModelFiles, batching: Batching) -> anyhow::Result<Self> {
-        let model = SentenceModel::load(files)?;
+    /// [`ModelEmbedder::start`], grouping waiting requests by `batching`, the dense layers in
+    /// `precision`.
+    pub fn start_with(files: &ModelFiles, batching: Batching, precision: Precision) -> anyhow::Result<Self> {
+        let model = SentenceModel::load(files, precision)?;
         let (id, dim) = (model.id().to_string(), model.dim());
         let (tx, mut rx) = mpsc::channel::<Job>(QUEUE_DEPTH);
         let (passes, answered) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));

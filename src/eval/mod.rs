@@ -150,8 +150,17 @@ pub fn catalog_with(tools: &Path, form: TextForm) -> anyhow::Result<Catalog> {
 
 /// The real model, and a store over it with the on-disk vector cache (so a rerun embeds nothing).
 pub(crate) fn model_store(model_dir: Option<&Path>) -> anyhow::Result<(Arc<dyn Embedder>, Store)> {
+    model_store_in(model_dir, crate::config::Precision::default())
+}
+
+/// [`model_store`] with the encoder in `precision`.
+pub(crate) fn model_store_in(
+    model_dir: Option<&Path>,
+    precision: crate::config::Precision,
+) -> anyhow::Result<(Arc<dyn Embedder>, Store)> {
     let files = files::locate(crate::config::DEFAULT_MODEL, model_dir, &files::default_model_roots(), true)?;
-    let embedder: Arc<dyn Embedder> = Arc::new(ModelEmbedder::start(&files)?);
+    let batching = crate::embed::worker::Batching::default();
+    let embedder: Arc<dyn Embedder> = Arc::new(ModelEmbedder::start_with(&files, batching, precision)?);
     let cache = VectorCache::open(default_dir().as_deref(), embedder.model_id(), embedder.dim()).ok();
     Ok((embedder.clone(), Store::new(Some(embedder), cache)))
 }
@@ -178,10 +187,11 @@ pub async fn evaluate(
     out: Option<&Path>,
     model_dir: Option<&Path>,
     form: TextForm,
+    precision: crate::config::Precision,
 ) -> anyhow::Result<Evaluation> {
     let catalog = catalog_with(tools, form)?;
     let queries: Vec<EvalQuery> = read_jsonl(queries)?;
-    let (_, store) = model_store(model_dir)?;
+    let (_, store) = model_store_in(model_dir, precision)?;
     eprintln!("indexing {} tools (texts not in the vector cache are embedded) ...", catalog.len());
     let bar = indicatif::ProgressBar::hidden();
     let generation = store

@@ -20,7 +20,7 @@ use hnsw_rs::hnsw::Hnsw;
 
 use super::dense::{ClampedDot, dot};
 use super::{AllowList, Hit, Slot};
-use crate::simd::widest;
+use crate::simd::{idot, quantize};
 
 /// No neighbour, in a fixed-width row of layer 0.
 const NONE: Slot = Slot::MAX;
@@ -235,83 +235,6 @@ fn prefetch(bytes: &[i8]) {
     let _ = bytes;
 }
 
-/// `v` as signed bytes scaled by its largest component, and the scale back.
-fn quantize(v: &[f32]) -> (Vec<i8>, f32) {
-    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
-    if max == 0.0 {
-        return (vec![0; v.len()], 0.0);
-    }
-    let to_code = 127.0 / max;
-    (v.iter().map(|x| (x * to_code).round() as i8).collect(), max / 127.0)
-}
-
-/// Dot product of two byte vectors, in 32-bit sums: the graph walk's inner loop.
-#[inline]
-fn idot(a: &[i8], b: &[i8]) -> i32 {
-    #[cfg(target_arch = "aarch64")]
-    if std::arch::is_aarch64_feature_detected!("dotprod") {
-        // SAFETY: the CPU has just been found to support the dot-product instructions.
-        return unsafe { sdot::idot(a, b) };
-    }
-    idot_portable(a, b)
-}
-
-/// The byte dot product with SDOT (ARMv8.2 dot-product extension: Apple M1 and later, Neoverse,
-/// Cortex-A76 and later): one instruction multiplies 16 byte pairs and adds them into four
-/// 32-bit lanes, where plain NEON needs widening multiplies and pairwise adds (about six
-/// instructions for the same 16 pairs). The compiler does not form SDOT from the portable loop,
-/// and its intrinsic is not stable, so the one instruction is written out.
-#[cfg(target_arch = "aarch64")]
-mod sdot {
-    use std::arch::aarch64::{int32x4_t, vaddvq_s32, vdupq_n_s32, vld1q_s8};
-
-    /// # Safety
-    /// The CPU must support the `dotprod` feature.
-    #[target_feature(enable = "dotprod")]
-    pub unsafe fn idot(a: &[i8], b: &[i8]) -> i32 {
-        let n = a.len().min(b.len());
-        let whole = n - n % 16;
-        let mut acc: int32x4_t = vdupq_n_s32(0);
-        let mut i = 0;
-        while i < whole {
-            // SAFETY: `i + 16 <= whole <= n`, so both 16-byte loads lie inside the slices.
-            let (va, vb) = unsafe { (vld1q_s8(a.as_ptr().add(i)), vld1q_s8(b.as_ptr().add(i))) };
-            // SAFETY: SDOT reads and writes registers only; the caller checked the feature.
-            unsafe {
-                std::arch::asm!(
-                    "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-                    acc = inout(vreg) acc,
-                    a = in(vreg) va,
-                    b = in(vreg) vb,
-                    options(pure, nomem, nostack, preserves_flags),
-                )
-            };
-            i += 16;
-        }
-        let tail: i32 = a[whole..n].iter().zip(&b[whole..n]).map(|(x, y)| i32::from(*x) * i32::from(*y)).sum();
-        vaddvq_s32(acc) + tail
-    }
-}
-
-widest! {
-    /// The byte dot product in plain Rust, vectorised for the target (NEON on aarch64).
-    fn idot_portable(a: &[i8], b: &[i8]) -> i32 {
-        let mut acc = [0i32; 32];
-        let (ca, cb) = (a.chunks_exact(32), b.chunks_exact(32));
-        let (ra, rb) = (ca.remainder(), cb.remainder());
-        for (x, y) in ca.zip(cb) {
-            for i in 0..32 {
-                acc[i] += i32::from(x[i]) * i32::from(y[i]);
-            }
-        }
-        let mut s: i32 = acc.iter().sum();
-        for (x, y) in ra.iter().zip(rb) {
-            s += i32::from(*x) * i32::from(*y);
-        }
-        s
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,24 +248,6 @@ mod tests {
         let exact = dot(&a, &b);
         assert!((approx - exact).abs() < 0.01 * exact.abs().max(1.0), "{approx} vs {exact}");
         assert_eq!(quantize(&[0.0; 4]), (vec![0; 4], 0.0));
-    }
-
-    /// Whatever path this CPU takes (SDOT, NEON, AVX), the byte dot product is exact.
-    #[test]
-    fn the_byte_dot_product_matches_its_oracle_at_every_length() {
-        use rand::{Rng, SeedableRng, rngs::StdRng};
-        let mut rng = StdRng::seed_from_u64(11);
-        for len in [0, 1, 15, 16, 17, 31, 32, 33, 100, 384, 385] {
-            let a: Vec<i8> = (0..len).map(|_| rng.random()).collect();
-            let b: Vec<i8> = (0..len).map(|_| rng.random()).collect();
-            let oracle: i32 = a.iter().zip(&b).map(|(x, y)| i32::from(*x) * i32::from(*y)).sum();
-            assert_eq!(idot(&a, &b), oracle, "length {len}");
-            assert_eq!(idot_portable(&a, &b), oracle, "length {len}, portable");
-        }
-        // Extremes: every product at its largest magnitude.
-        let (lo, hi) = (vec![i8::MIN; 384], vec![i8::MAX; 384]);
-        assert_eq!(idot(&lo, &lo), 384 * 128 * 128);
-        assert_eq!(idot(&lo, &hi), -384 * 128 * 127);
     }
 
     #[test]

@@ -180,6 +180,26 @@ impl Served {
 }
 
 /// The real model, loaded once per test binary.
+/// The real model with int8 dense layers (`optimizer.precision = "int8"`), loaded once.
+pub fn model_int8() -> Arc<ModelEmbedder> {
+    static MODEL: OnceLock<Arc<ModelEmbedder>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let files = toolmux::embed::files::locate(
+                "all-MiniLM-L6-v2",
+                None,
+                &toolmux::embed::files::default_model_roots(),
+                false,
+            )
+            .expect("the model is fetched (models/fetch.sh)");
+            let batching = toolmux::embed::worker::Batching::default();
+            Arc::new(
+                ModelEmbedder::start_with(&files, batching, toolmux::config::Precision::Int8).expect("model loads"),
+            )
+        })
+        .clone()
+}
+
 pub fn model() -> Arc<ModelEmbedder> {
     static MODEL: OnceLock<Arc<ModelEmbedder>> = OnceLock::new();
     MODEL
