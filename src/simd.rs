@@ -43,12 +43,26 @@ pub(crate) use widest;
 
 /// `v` as signed bytes scaled by its largest component, and the scale back.
 pub fn quantize(v: &[f32]) -> (Vec<i8>, f32) {
-    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
-    if max == 0.0 {
-        return (vec![0; v.len()], 0.0);
+    let mut codes = vec![0; v.len()];
+    let scale = quantize_into(v, &mut codes);
+    (codes, scale)
+}
+
+widest! {
+    /// [`quantize`] into `codes` (as long as `v`), without allocating: returns the scale. Ties
+    /// round to even (one vector instruction where `round`'s away-from-zero is a libm call).
+    pub fn quantize_into(v: &[f32], codes: &mut [i8]) -> f32 {
+        let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
+        if max == 0.0 {
+            codes.fill(0);
+            return 0.0;
+        }
+        let to_code = 127.0 / max;
+        for (c, x) in codes.iter_mut().zip(v) {
+            *c = (x * to_code).round_ties_even() as i32 as i8;
+        }
+        max / 127.0
     }
-    let to_code = 127.0 / max;
-    (v.iter().map(|x| (x * to_code).round() as i8).collect(), max / 127.0)
 }
 
 /// Dot product of two byte vectors, in 32-bit sums: the graph walk's inner loop, and the int8
@@ -163,6 +177,10 @@ pub fn idot_rows_blocks(w: &[i8], ws: &[f32], xs: &[i8], scales: &[f32], out: &m
     assert_eq!(scales.len(), blocks * out.len(), "a scale per block of every row");
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avxvnni") {
+            // SAFETY: the CPU has just been found to support AVX2, FMA and AVX-VNNI.
+            return unsafe { avx2::rows_blocks_vnni(w, ws, xs, scales, out) };
+        }
         // SAFETY: the CPU has just been found to support AVX2 and FMA.
         return unsafe { avx2::rows_blocks(w, ws, xs, scales, out) };
     }
@@ -189,10 +207,11 @@ pub fn idot_rows_blocks(w: &[i8], ws: &[f32], xs: &[i8], scales: &[f32], out: &m
     idot_rows_blocks_portable(w, ws, xs, scales, out)
 }
 
-/// The block kernel in AVX2: per block of 32 bytes, VPMADDUBSW multiplies the weights'
-/// magnitudes by the activations carrying the weights' signs into 16-bit pair sums (at most
-/// 2 · 127 · 127, no saturation), VPMADDWD widens them to eight 32-bit sums, and one FMA adds
-/// them, scaled, to eight float lanes; the lanes are added once per row.
+/// The block kernel in AVX2: per 32 bytes, VPMADDUBSW multiplies the weights' magnitudes by the
+/// activations carrying the weights' signs into 16-bit pair sums (at most 2 · 127 · 127, no
+/// saturation) and VPMADDWD widens them to eight 32-bit sums; with AVX-VNNI one VPDPBUSD does
+/// both. Per block, one FMA adds the sums, scaled, to eight float lanes; the lanes are added once
+/// per row. Four activation rows go through each weight block together.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
@@ -203,6 +222,22 @@ mod avx2 {
     /// The CPU must support AVX2 and FMA; the shapes are those [`super::idot_rows_blocks`] checked.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn rows_blocks(w: &[i8], ws: &[f32], xs: &[i8], scales: &[f32], out: &mut [f32]) {
+        // SAFETY: the caller's promise, passed on; inlined here, so compiled for AVX2.
+        unsafe { rows::<false>(w, ws, xs, scales, out) }
+    }
+
+    /// [`rows_blocks`] with VPDPBUSD.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, FMA and AVX-VNNI; the shapes are checked as for [`rows_blocks`].
+    #[target_feature(enable = "avx2,fma,avxvnni")]
+    pub unsafe fn rows_blocks_vnni(w: &[i8], ws: &[f32], xs: &[i8], scales: &[f32], out: &mut [f32]) {
+        // SAFETY: the caller's promise, passed on; inlined here, so compiled for AVX-VNNI.
+        unsafe { rows::<true>(w, ws, xs, scales, out) }
+    }
+
+    #[inline(always)]
+    unsafe fn rows<const VNNI: bool>(w: &[i8], ws: &[f32], xs: &[i8], scales: &[f32], out: &mut [f32]) {
         let inner = w.len();
         if inner == 0 {
             out.fill(0.0);
@@ -210,18 +245,20 @@ mod avx2 {
         }
         let blocks = inner.div_ceil(BLOCK);
         let rows = out.len();
-        // Four rows at a time: the weight block is loaded and signed once for all four, and the
-        // four sums are independent chains (one chain waits on each FMA's latency).
+        // Four rows at a time: the weight block is read once for all four, and the four sums are
+        // independent chains (one chain waits on each FMA's latency).
         let mut r = 0;
         while r + 4 <= rows {
-            // SAFETY: rows `r..r + 4` exist; the caller's CPU check holds.
-            let sums = unsafe { four(w, ws, &xs[r * inner..(r + 4) * inner], &scales[r * blocks..(r + 4) * blocks]) };
+            // SAFETY: rows `r..r + 4` exist; the CPU features are the caller's.
+            let sums =
+                unsafe { four::<VNNI>(w, ws, &xs[r * inner..(r + 4) * inner], &scales[r * blocks..(r + 4) * blocks]) };
             out[r..r + 4].copy_from_slice(&sums);
             r += 4;
         }
         while r < rows {
-            // SAFETY: row `r` exists; the caller's CPU check holds.
-            out[r] = unsafe { one(w, ws, &xs[r * inner..(r + 1) * inner], &scales[r * blocks..(r + 1) * blocks]) };
+            // SAFETY: row `r` exists; the CPU features are the caller's.
+            out[r] =
+                unsafe { one::<VNNI>(w, ws, &xs[r * inner..(r + 1) * inner], &scales[r * blocks..(r + 1) * blocks]) };
             r += 1;
         }
     }
@@ -229,23 +266,32 @@ mod avx2 {
     /// The product of one block pair (`BLOCK` bytes from `w` and `x`): eight 32-bit sums.
     ///
     /// # Safety
-    /// `BLOCK` bytes must be readable at `w` and at `x`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn block(w: *const i8, x: *const i8) -> __m256i {
-        let mut sums = _mm256_setzero_si256();
+    /// `BLOCK` bytes must be readable at `w` and at `x`; AVX2 (and AVX-VNNI with `VNNI`).
+    #[inline(always)]
+    unsafe fn block<const VNNI: bool>(w: *const i8, x: *const i8) -> __m256i {
+        // SAFETY: AVX2, the caller's.
+        let mut sums = unsafe { _mm256_setzero_si256() };
         for k in (0..BLOCK).step_by(32) {
-            // SAFETY: `k + 32 <= BLOCK`, readable by the caller's promise.
-            let (wv, xv) = unsafe { (_mm256_loadu_si256(w.add(k).cast()), _mm256_loadu_si256(x.add(k).cast())) };
-            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
-            sums = _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+            // SAFETY: `k + 32 <= BLOCK`, readable by the caller's promise; the features are the
+            // caller's.
+            unsafe {
+                let (wv, xv) = (_mm256_loadu_si256(w.add(k).cast()), _mm256_loadu_si256(x.add(k).cast()));
+                let (magnitudes, signed) = (_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+                sums = if VNNI {
+                    _mm256_dpbusd_avx_epi32(sums, magnitudes, signed)
+                } else {
+                    let pairs = _mm256_maddubs_epi16(magnitudes, signed);
+                    _mm256_add_epi32(sums, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+                };
+            }
         }
         sums
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn hsum(v: __m256) -> f32 {
+    /// # Safety
+    /// AVX2.
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
         let mut lanes = [0f32; 8];
         // SAFETY: an unaligned store of eight floats into eight floats.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
@@ -258,48 +304,58 @@ mod avx2 {
     }
 
     /// # Safety
-    /// `xs` holds four rows of `w.len()` bytes, `scales` four rows of blocks; AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn four(w: &[i8], ws: &[f32], xs: &[i8], scales: &[f32]) -> [f32; 4] {
+    /// `xs` holds four rows of `w.len()` bytes, `scales` four rows of blocks; AVX2 and FMA (and
+    /// AVX-VNNI with `VNNI`).
+    #[inline(always)]
+    unsafe fn four<const VNNI: bool>(w: &[i8], ws: &[f32], xs: &[i8], scales: &[f32]) -> [f32; 4] {
         let inner = w.len();
         let blocks = inner.div_ceil(BLOCK);
         let whole = inner / BLOCK;
-        let mut acc = [_mm256_setzero_ps(); 4];
+        // SAFETY: AVX, the caller's.
+        let mut acc = [unsafe { _mm256_setzero_ps() }; 4];
         for b in 0..whole {
             for (k, a) in acc.iter_mut().enumerate() {
-                // SAFETY: `(b + 1) · BLOCK <= inner`: the block lies inside the weight row and
-                // inside row `k`.
-                let sums = unsafe { block(w.as_ptr().add(b * BLOCK), xs.as_ptr().add(k * inner + b * BLOCK)) };
-                let scale = _mm256_set1_ps(scales[k * blocks + b] * ws[b]);
-                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, *a);
+                // SAFETY: `(b + 1) · BLOCK <= inner`, so the block lies inside the weight row and
+                // inside row `k`; the features are the caller's.
+                unsafe {
+                    let sums = block::<VNNI>(w.as_ptr().add(b * BLOCK), xs.as_ptr().add(k * inner + b * BLOCK));
+                    let scale = _mm256_set1_ps(scales[k * blocks + b] * ws[b]);
+                    *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, *a);
+                }
             }
         }
         let mut out = [0f32; 4];
         for (k, o) in out.iter_mut().enumerate() {
-            *o = hsum(acc[k]);
+            // SAFETY: AVX2, the caller's.
+            *o = unsafe { hsum(acc[k]) };
             if whole < blocks {
-                *o += tail(w, &xs[k * inner..(k + 1) * inner], whole * BLOCK) as f32
-                    * (scales[k * blocks + whole] * ws[whole]);
+                let t = tail(w, &xs[k * inner..(k + 1) * inner], whole * BLOCK);
+                *o += t as f32 * (scales[k * blocks + whole] * ws[whole]);
             }
         }
         out
     }
 
     /// # Safety
-    /// `x` holds one row of `w.len()` bytes, `scales` its blocks'; AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn one(w: &[i8], ws: &[f32], x: &[i8], scales: &[f32]) -> f32 {
+    /// `x` holds one row of `w.len()` bytes, `scales` its blocks'; AVX2 and FMA (and AVX-VNNI
+    /// with `VNNI`).
+    #[inline(always)]
+    unsafe fn one<const VNNI: bool>(w: &[i8], ws: &[f32], x: &[i8], scales: &[f32]) -> f32 {
         let inner = w.len();
         let blocks = inner.div_ceil(BLOCK);
         let whole = inner / BLOCK;
-        let mut acc = _mm256_setzero_ps();
+        // SAFETY: AVX, the caller's.
+        let mut acc = unsafe { _mm256_setzero_ps() };
         for b in 0..whole {
-            // SAFETY: `(b + 1) · BLOCK <= inner`: the block lies inside both rows.
-            let sums = unsafe { block(w.as_ptr().add(b * BLOCK), x.as_ptr().add(b * BLOCK)) };
-            let scale = _mm256_set1_ps(scales[b] * ws[b]);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scale, acc);
+            // SAFETY: `(b + 1) · BLOCK <= inner`: the block lies inside both rows; the features
+            // are the caller's.
+            unsafe {
+                let sums = block::<VNNI>(w.as_ptr().add(b * BLOCK), x.as_ptr().add(b * BLOCK));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(scales[b] * ws[b]), acc);
+            }
         }
-        let mut sum = hsum(acc);
+        // SAFETY: AVX2, the caller's.
+        let mut sum = unsafe { hsum(acc) };
         if whole < blocks {
             sum += tail(w, x, whole * BLOCK) as f32 * (scales[whole] * ws[whole]);
         }
@@ -438,6 +494,13 @@ mod tests {
             assert_eq!(out, oracle, "idot_rows_blocks, inner {inner}");
             idot_rows_blocks_portable(&w, &ws, &xs, &scales, &mut out);
             assert_eq!(out, oracle, "idot_rows_blocks portable, inner {inner}");
+            // Each x86-64 kernel this CPU can run, not only the one dispatch picks.
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: the CPU has just been found to support AVX2 and FMA.
+                unsafe { avx2::rows_blocks(&w, &ws, &xs, &scales, &mut out) };
+                assert_eq!(out, oracle, "idot_rows_blocks AVX2, inner {inner}");
+            }
         }
         let (lo, hi) = (vec![i8::MIN; 1536], vec![i8::MAX; 1536 * 2]);
         let mut out = vec![0; 2];

@@ -193,13 +193,11 @@ pub fn qmatmul(x: &[f32], rows: usize, w: &QWeights, out: &mut [f32]) {
     assert_eq!(x.len(), rows * inner, "x is rows × inner");
     assert_eq!(out.len(), rows * cols, "out is rows × cols");
     let blocks = inner.div_ceil(BLOCK);
-    let mut xq = Vec::with_capacity(rows * inner);
+    let mut xq = vec![0i8; rows * inner];
     let mut xs = Vec::with_capacity(rows * blocks);
-    for row in x.chunks_exact(inner.max(1)).take(rows) {
-        for block in row.chunks(BLOCK) {
-            let (c, s) = crate::simd::quantize(block);
-            xq.extend_from_slice(&c);
-            xs.push(s);
+    for (row, codes) in x.chunks_exact(inner.max(1)).zip(xq.chunks_exact_mut(inner.max(1))).take(rows) {
+        for (block, c) in row.chunks(BLOCK).zip(codes.chunks_mut(BLOCK)) {
+            xs.push(crate::simd::quantize_into(block, c));
         }
     }
     /// Output columns `[start, end)` of every row.

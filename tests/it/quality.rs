@@ -78,7 +78,10 @@ async fn the_servers_label_wins_back_what_a_server_blind_text_loses() {
     let mrr = |set: &str| {
         let (tools, queries) =
             (dir.path().join(set).join("tools.jsonl"), dir.path().join(set).join("queries.dev.jsonl"));
-        async move { evaluate(&tools, &queries, 10, None, None, TextForm::Full, Default::default()).await.unwrap().metrics[0].mrr10 }
+        async move {
+            evaluate(&tools, &queries, 10, None, None, TextForm::Full, Default::default()).await.unwrap().metrics[0]
+                .mrr10
+        }
     };
     let (blind, aware) = (mrr("apigen-stripped").await, mrr("apigen-servers").await);
     assert!(blind <= 76.7 && aware >= 81.0, "MRR@10 without the server {blind:.2}, with its label {aware:.2}");
