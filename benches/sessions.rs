@@ -161,8 +161,9 @@ fn main() {
             for chunk in sessions.chunks(PARALLEL) {
                 futures::future::join_all(chunk.iter().map(RawSession::delete)).await;
             }
-            // Deleting a session ends its upstream sessions; give the gateway a moment to close them.
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            // Deleting a session ends its upstream sessions; give the gateway a moment to close them
+            // and to hand the freed memory back (it checks every 5 s: `http::give_back_memory`).
+            tokio::time::sleep(Duration::from_secs(7)).await;
             rounds.push(format!("{:.1}", gw.rss()));
         }
         println!("per_client: RSS after each of {CHURN_ROUNDS} rounds of {MANY} sessions deleted: {} MiB", rounds.join(", "));

@@ -84,6 +84,7 @@ pub fn router(
     if let Some(shared) = edge.shared.clone() {
         tokio::spawn(sweep_ended(edge.clone(), shared, ct.child_token()));
     }
+    tokio::spawn(give_back_memory(edge.sessions.clone(), ct.child_token()));
     let gate =
         Arc::new(auth::Edge { auth: auth.1, resource_url: auth.0.resource_url.clone(), path: server.path.clone() });
     let checked = {
@@ -392,6 +393,45 @@ impl Edge {
 
 /// Ends here, every [`SharedSessions::refresh_every`], the held sessions that a `DELETE` on
 /// another replica ended, whether or not they are in use: the bound docs/operations.md states.
+/// Hands the memory of ended sessions back to the system. glibc's allocator keeps freed pages
+/// for reuse, so a gateway that once held many sessions kept their peak for good; after the live
+/// count has fallen well below its high-water mark, `malloc_trim` returns what is free. Checked
+/// every few seconds; a trim walks the heap once (milliseconds) and is done only after a fall.
+async fn give_back_memory(sessions: Arc<sessions::Sessions>, ct: CancellationToken) {
+    const EVERY: Duration = Duration::from_secs(5);
+    /// Sessions that must have ended since the last trim before another one.
+    const FALL: usize = 64;
+    let mut high = 0usize;
+    loop {
+        tokio::select! {
+            _ = ct.cancelled() => return,
+            _ = tokio::time::sleep(EVERY) => {}
+        }
+        let live = sessions.count().await;
+        high = high.max(live);
+        if high - live >= FALL {
+            let started = std::time::Instant::now();
+            let trimmed = tokio::task::spawn_blocking(trim).await.unwrap_or(false);
+            tracing::debug!(live, was = high, trimmed, took = ?started.elapsed(), "handed freed session memory back");
+            high = live;
+        }
+    }
+}
+
+/// Returns free heap memory to the system where the allocator keeps it (glibc); true if any was.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim() -> bool {
+    // SAFETY: malloc_trim only walks and releases the allocator's free memory; it takes the
+    // allocator's own locks and touches no memory still allocated.
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
+/// Elsewhere the allocator decides alone.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim() -> bool {
+    false
+}
+
 async fn sweep_ended(edge: Arc<Edge>, shared: Arc<SharedSessions>, ct: CancellationToken) {
     let mut tick = tokio::time::interval(shared.refresh_every());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
