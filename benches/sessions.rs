@@ -12,6 +12,11 @@
 //!    and after each further round of 10,000 sessions opened and deleted (a leak grows by the
 //!    same amount every round; an allocator's retained pages level off).
 //!
+//! 5. Waves, in optimizer mode with sessions that expire after 3 s idle: ten waves of 1,000
+//!    sessions, each asking find_tool and calling the tool through call_tool, then left to
+//!    expire; RSS after each wave has expired. Then one wave of 20,000: RSS before it, at its
+//!    peak, and after it has expired (memory must follow the live sessions, not the history).
+//!
 //! Latency is from send to the last byte of the answer; memory is VmRSS (Linux).
 
 mod support;
@@ -28,6 +33,11 @@ const CALLING: usize = 100;
 const WARM_CALLS: usize = 200;
 const MANY: usize = 10_000;
 const CHURN_ROUNDS: usize = 5;
+const WAVES: usize = 10;
+const WAVE: usize = 1_000;
+const BIG_WAVE: usize = 20_000;
+/// Idle time after which the gateway ends a session, in the wave runs.
+const EXPIRY: Duration = Duration::from_secs(3);
 /// Sessions opened at once while filling the gateway.
 const PARALLEL: usize = 32;
 
@@ -96,6 +106,66 @@ async fn measure(backends: &[String], mode: &str, http: &reqwest::Client) -> (Fi
     let idle_kib = kib(idle - base, IDLE);
     let figures = Figures { base, idle_kib, called_kib: idle_kib + kib(called - idle, CALLING), first, warm };
     (figures, gw, sessions)
+}
+
+/// Sessions that each ask find_tool and call the tool it names through call_tool.
+async fn wave(http: &reqwest::Client, url: &str, n: usize) {
+    let mut done = 0;
+    while done < n {
+        let batch = PARALLEL.min(n - done);
+        futures::future::join_all((0..batch).map(|i| async move {
+            let s = RawSession::open(http.clone(), url).await;
+            let found = s
+                .post(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "find_tool",
+                    "arguments": {"tool_description": "echo back a message"}}}))
+                .await;
+            assert!(found.contains("echo"), "find_tool: {found}");
+            let called = s
+                .post(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "call_tool",
+                    "arguments": {"tool_name": format!("kit{}_echo", (done + i) % BACKENDS), "parameters": {"input": "wave"}}}}))
+                .await;
+            assert!(called.contains("wave") && !called.contains("\"isError\":true"), "call_tool: {called}");
+        }))
+        .await;
+        done += batch;
+    }
+}
+
+/// Ten waves of [`WAVE`] sessions, then one of [`BIG_WAVE`], each left to expire.
+async fn waves(backends: &[String], http: &reqwest::Client) {
+    let mut toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\nmax_sessions = {}\nsession_idle_timeout = \"{}s\"\n",
+        BIG_WAVE + 100,
+        EXPIRY.as_secs()
+    );
+    for (i, url) in backends.iter().enumerate() {
+        toml += &format!("\n[[backends]]\nname = \"kit{i}\"\nurl = \"{url}\"\nsession = \"per_client\"\n");
+    }
+    let gw = ChildGateway::start(&toml);
+    gw.ready().await;
+    let base = gw.rss();
+    // Expiry, then the gateway's next check for memory to hand back (every 5 s), with margin.
+    let settle = EXPIRY + Duration::from_secs(8);
+    let mut after = Vec::new();
+    for _ in 0..WAVES {
+        wave(http, &gw.url, WAVE).await;
+        tokio::time::sleep(settle).await;
+        after.push(gw.rss());
+    }
+    let list = after.iter().map(|r| format!("{r:.1}")).collect::<Vec<_>>().join(", ");
+    println!(
+        "waves (optimizer, per_client, {EXPIRY:?} expiry): base {base:.1} MiB; RSS after each of {WAVES} waves of {WAVE} expired: {list} MiB"
+    );
+    println!("  after wave {WAVES} against after wave 1: {:+.1} %", (after[WAVES - 1] / after[0] - 1.0) * 100.0);
+    let before = gw.rss();
+    wave(http, &gw.url, BIG_WAVE).await;
+    let peak = gw.rss();
+    tokio::time::sleep(settle).await;
+    let expired = gw.rss();
+    println!(
+        "  a wave of {BIG_WAVE}: before {before:.1} MiB, at its end {peak:.1} MiB, expired {expired:.1} MiB ({:+.1} % of before)",
+        (expired / before - 1.0) * 100.0
+    );
 }
 
 fn main() {
@@ -168,6 +238,7 @@ fn main() {
         }
         println!("per_client: RSS after each of {CHURN_ROUNDS} rounds of {MANY} sessions deleted: {} MiB", rounds.join(", "));
         drop(gw);
+        waves(&backends, &http).await;
         ct.cancel();
     });
 }

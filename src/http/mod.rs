@@ -394,26 +394,32 @@ impl Edge {
 /// Ends here, every [`SharedSessions::refresh_every`], the held sessions that a `DELETE` on
 /// another replica ended, whether or not they are in use: the bound docs/operations.md states.
 /// Hands the memory of ended sessions back to the system. glibc's allocator keeps freed pages
-/// for reuse, so a gateway that once held many sessions kept their peak for good; after the live
-/// count has fallen well below its high-water mark, `malloc_trim` returns what is free. Checked
-/// every few seconds; a trim walks the heap once (milliseconds) and is done only after a fall.
+/// for reuse, so a gateway that once held many sessions kept their peak for good. The live
+/// count is sampled every second and every fall is added up (a wave that comes and goes between
+/// two looks at a high-water mark would be missed); once `FALL` sessions have ended since the
+/// last trim, `malloc_trim` returns what is free (at most every `TRIM_EVERY`; a trim walks the
+/// heap once, milliseconds).
 async fn give_back_memory(sessions: Arc<sessions::Sessions>, ct: CancellationToken) {
-    const EVERY: Duration = Duration::from_secs(5);
     /// Sessions that must have ended since the last trim before another one.
     const FALL: usize = 64;
-    let mut high = 0usize;
+    const TRIM_EVERY: Duration = Duration::from_secs(5);
+    let mut last = 0usize;
+    let mut ended = 0usize;
+    let mut trimmed_at = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = ct.cancelled() => return,
-            _ = tokio::time::sleep(EVERY) => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
         let live = sessions.count().await;
-        high = high.max(live);
-        if high - live >= FALL {
+        ended += last.saturating_sub(live);
+        last = live;
+        if ended >= FALL && trimmed_at.elapsed() >= TRIM_EVERY {
             let started = std::time::Instant::now();
             let trimmed = tokio::task::spawn_blocking(trim).await.unwrap_or(false);
-            tracing::debug!(live, was = high, trimmed, took = ?started.elapsed(), "handed freed session memory back");
-            high = live;
+            tracing::debug!(live, ended, trimmed, took = ?started.elapsed(), "handed freed session memory back");
+            ended = 0;
+            trimmed_at = tokio::time::Instant::now();
         }
     }
 }
