@@ -40,6 +40,15 @@ install_suite() {
   echo "$cache"
 }
 
+# The folder of a Node.js 22 or later: the machine's own, else the one installed with suite $1.
+node_bin_for() {
+  if command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 22 ]; then
+    dirname "$(command -v node)"
+  else
+    echo "$1/node_modules/node-$os-$node_arch/bin"
+  fi
+}
+
 cargo build --locked --bin toolmux --example conformance-backend
 work=$(mktemp -d)
 pids=()
@@ -88,10 +97,7 @@ for backend in linked unlinked; do
 if [ "$backend" = linked ]; then start_gateway; else start_gateway --unlinked; fi
 for version in "${versions[@]}"; do
   cache=$(install_suite "$version")
-  node_bin="$cache/node_modules/node-$os-$node_arch/bin"
-  if command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 22 ]; then
-    node_bin=$(dirname "$(command -v node)")
-  fi
+  node_bin=$(node_bin_for "$cache")
   expected_file="tests/conformance/expected-failures-$version.txt"
   [ -f "$expected_file" ] || { echo "conformance: no $expected_file" >&2; exit 1; }
   echo "conformance: suite $version against $gateway_url ($backend backend $backend_url)"
@@ -139,10 +145,7 @@ client_versions=()
 for v in "${versions[@]}"; do [[ "$v" == 0.2.* ]] && client_versions+=("$v"); done
 for version in "${client_versions[@]}"; do
   cache=$(install_suite "$version")
-  node_bin="$cache/node_modules/node-$os-$node_arch/bin"
-  if command -v node >/dev/null && [ "$(node -p 'process.versions.node.split(".")[0]')" -ge 22 ]; then
-    node_bin=$(dirname "$(command -v node)")
-  fi
+  node_bin=$(node_bin_for "$cache")
   expected_file="tests/conformance/expected-client-failures-$version.txt"
   [ -f "$expected_file" ] || { echo "conformance: no $expected_file" >&2; exit 1; }
   echo "conformance: client scenarios of suite $version, toolmux as the client"

@@ -180,40 +180,29 @@ impl Served {
 }
 
 /// The real model, loaded once per test binary.
+pub fn model() -> Arc<ModelEmbedder> {
+    static MODEL: OnceLock<Arc<ModelEmbedder>> = OnceLock::new();
+    loaded_once(&MODEL, toolmux::config::Precision::F32)
+}
+
 /// The real model with int8 dense layers (`optimizer.precision = "int8"`), loaded once.
 pub fn model_int8() -> Arc<ModelEmbedder> {
     static MODEL: OnceLock<Arc<ModelEmbedder>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| {
-            let files = toolmux::embed::files::locate(
-                "all-MiniLM-L6-v2",
-                None,
-                &toolmux::embed::files::default_model_roots(),
-                false,
-            )
-            .expect("the model is fetched (models/fetch.sh)");
-            let batching = toolmux::embed::worker::Batching::default();
-            Arc::new(
-                ModelEmbedder::start_with(&files, batching, toolmux::config::Precision::Int8).expect("model loads"),
-            )
-        })
-        .clone()
+    loaded_once(&MODEL, toolmux::config::Precision::Int8)
 }
 
-pub fn model() -> Arc<ModelEmbedder> {
-    static MODEL: OnceLock<Arc<ModelEmbedder>> = OnceLock::new();
-    MODEL
-        .get_or_init(|| {
-            let files = toolmux::embed::files::locate(
-                "all-MiniLM-L6-v2",
-                None,
-                &toolmux::embed::files::default_model_roots(),
-                false,
-            )
+fn loaded_once(
+    cell: &'static OnceLock<Arc<ModelEmbedder>>,
+    precision: toolmux::config::Precision,
+) -> Arc<ModelEmbedder> {
+    cell.get_or_init(|| {
+        let roots = toolmux::embed::files::default_model_roots();
+        let files = toolmux::embed::files::locate("all-MiniLM-L6-v2", None, &roots, false)
             .expect("the model is fetched (models/fetch.sh)");
-            Arc::new(ModelEmbedder::start(&files).expect("model loads"))
-        })
-        .clone()
+        let batching = toolmux::embed::worker::Batching::default();
+        Arc::new(ModelEmbedder::start_with(&files, batching, precision).expect("model loads"))
+    })
+    .clone()
 }
 
 /// A vector cache folder shared by the tests of this binary (tool texts repeat across tests).
