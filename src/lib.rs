@@ -31,6 +31,7 @@ pub mod app;
 pub mod auth;
 pub mod catalog;
 pub mod config;
+pub mod console;
 pub mod demo;
 pub mod embed;
 pub mod eval;

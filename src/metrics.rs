@@ -5,6 +5,8 @@
 //! sessions, catalog size, the embedder's queue) and the counters other parts keep for
 //! themselves are read when the endpoint is scraped.
 
+pub mod traffic;
+
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -114,6 +116,8 @@ pub struct Metrics {
     pub sessionless_principals: Gauge,
     pub sessionless_evicted: Counter,
     pub sessionless_refused: Counter,
+    /// The last minutes, for the console's plots.
+    pub traffic: traffic::Traffic,
 }
 
 impl Default for Metrics {
@@ -160,6 +164,7 @@ impl Metrics {
             sessionless_principals: Gauge::default(),
             sessionless_evicted: Counter::default(),
             sessionless_refused: Counter::default(),
+            traffic: traffic::Traffic::new(),
         };
         r.register("requests", "MCP requests answered, by method and outcome", m.requests.clone());
         r.register("request_duration_seconds", "Time to answer an MCP request", m.request_seconds.clone());
@@ -251,6 +256,7 @@ impl Metrics {
         let outcome = if ok { "ok" } else { "error" };
         self.requests.get_or_create(&MethodOutcome { method, outcome }).inc();
         self.request_seconds.get_or_create(&Method { method }).observe(took.as_secs_f64());
+        self.traffic.request(ok);
     }
 
     /// One forwarded tool call ended.
@@ -282,6 +288,12 @@ impl Metrics {
             crate::store::Verdict::None => "none",
         };
         self.find_tool_searches.get_or_create(&Search { mode, plan, r#match }).inc();
+        let verdict = match r.verdict {
+            crate::store::Verdict::Good => 0,
+            crate::store::Verdict::Weak => 1,
+            crate::store::Verdict::None => 2,
+        };
+        self.traffic.search(t.embed + t.search + t.fuse, verdict);
     }
 
     /// Renders every series (after `refresh` has read the states).

@@ -68,6 +68,8 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// How long a stop lets running calls finish before cancelling them.
     pub shutdown_grace: Duration,
+    /// The operator console at `/ui` (`server.console`, on by default).
+    pub console: bool,
 }
 
 /// What one client, or all of them together, can make the gateway hold.
@@ -499,6 +501,13 @@ impl Validator<'_> {
         };
         let shutdown_grace =
             self.positive("server.shutdown_grace", raw.shutdown_grace.as_deref(), DEFAULT_SHUTDOWN_GRACE);
+        let console = raw.console.unwrap_or(true);
+        if console && (path == "/ui" || path.starts_with("/ui/")) {
+            self.problem(
+                "server.path",
+                format!("`{path}` is where the console is served; choose another path, or set server.console = false"),
+            );
+        }
         ServerConfig {
             listen,
             path,
@@ -507,6 +516,7 @@ impl Validator<'_> {
             allowed_origins: raw.allowed_origins.unwrap_or_default(),
             limits,
             shutdown_grace,
+            console,
         }
     }
 

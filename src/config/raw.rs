@@ -111,6 +111,7 @@ pub struct Server {
     pub header_timeout: Option<String>,
     pub body_timeout: Option<String>,
     pub shutdown_grace: Option<String>,
+    pub console: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -42,16 +42,20 @@ pub fn router(
     bound: SocketAddr,
     ct: &CancellationToken,
 ) -> Router {
+    // The names a loopback bind answers to (DNS-rebinding protection); `None`: any.
+    let local_hosts = bound.ip().is_loopback().then(|| {
+        let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+        hosts.extend(server.allowed_origins.iter().map(|o| host_of(o).to_string()));
+        hosts
+    });
     let mut cfg = StreamableHttpServerConfig::default()
         .with_cancellation_token(ct.child_token())
         .with_max_request_body_bytes(server.max_body);
     let shared = gw.shared_sessions().cloned();
     // rmcp replays the `initialize` of a session this replica has not seen from the store.
     cfg.session_store = shared.clone().map(|s| Arc::new(RmcpStore(s)) as _);
-    if bound.ip().is_loopback() {
+    if let Some(hosts) = local_hosts.clone() {
         // DNS-rebinding protection: only local names, plus what the operator allows.
-        let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
-        hosts.extend(server.allowed_origins.iter().map(|o| host_of(o).to_string()));
         cfg = cfg.with_allowed_hosts(hosts);
         // rmcp checks `Origin` only when given a list: always give one, so that a web page from
         // elsewhere cannot drive a local gateway through the browser. No `Origin` (a non-browser
@@ -73,6 +77,7 @@ pub fn router(
     let mcp = StreamableHttpService::new(move || Ok(GatewayHandler::new(handler_gw.clone())), sessions.clone(), cfg);
     let ready_gw = gw.clone();
     let status_gw = gw.clone();
+    let console_gw = gw.clone();
     let edge = Arc::new(Edge {
         gw,
         sessions,
@@ -138,16 +143,21 @@ pub fn router(
             }),
         )
         .layer(checked);
+    let console = server.console.then(|| crate::console::router(console_gw, gate.clone(), local_hosts));
     let metadata = get(move |headers: axum::http::HeaderMap| {
         let gate = gate.clone();
         async move { gate.metadata(&headers) }
     });
-    Router::new()
+    let router = Router::new()
         .nest_service(&server.path, mcp)
         .merge(health)
         .merge(status)
         .route(auth::METADATA_PATH, metadata.clone())
-        .route(&format!("{}{}", auth::METADATA_PATH, server.path), metadata)
+        .route(&format!("{}{}", auth::METADATA_PATH, server.path), metadata);
+    match console {
+        Some(console) => router.merge(console),
+        None => router,
+    }
 }
 
 /// What toolmux checks before rmcp sees a request.

@@ -67,33 +67,43 @@ fn normalised(hits: &[Hit], norm: Normalise, floor_zero: bool) -> (Vec<f32>, f32
 
 /// Merges the dense and keyword rankings (each best first) into the best `n`.
 pub fn fuse(fusion: Fusion, dense: &[Hit], keyword: &[Hit], n: usize) -> Vec<Hit> {
+    fuse_explained(fusion, dense, keyword, n).into_iter().map(|(hit, _)| hit).collect()
+}
+
+/// What each arm added to a fused score: `hit.score == dense + keyword`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Contribution {
+    pub dense: f32,
+    pub keyword: f32,
+}
+
+/// [`fuse`], with each hit's score split by arm (the console's playground shows why a tool ranks).
+pub fn fuse_explained(fusion: Fusion, dense: &[Hit], keyword: &[Hit], n: usize) -> Vec<(Hit, Contribution)> {
+    let mut parts: HashMap<Slot, Contribution> = HashMap::new();
     match fusion {
-        Fusion::Rrf { k, dense: w } => rrf(&[(dense, w), (keyword, 1.0 - w)], k, n),
+        Fusion::Rrf { k, dense: w } => {
+            for (arm, hits, weight) in [(0, dense, w), (1, keyword, 1.0 - w)] {
+                for (rank, h) in hits.iter().enumerate() {
+                    let c = parts.entry(h.slot).or_default();
+                    let share = weight / (k + rank as f32 + 1.0);
+                    if arm == 0 { c.dense += share } else { c.keyword += share }
+                }
+            }
+        }
         Fusion::Convex { norm, dense: w } => {
             let (d, d_floor) = normalised(dense, norm, false);
             let (kw, k_floor) = normalised(keyword, norm, true);
-            let mut scores: HashMap<Slot, (f32, f32)> = HashMap::new();
+            let floor = Contribution { dense: w * d_floor, keyword: (1.0 - w) * k_floor };
             for (h, s) in dense.iter().zip(&d) {
-                scores.entry(h.slot).or_insert((d_floor, k_floor)).0 = *s;
+                parts.entry(h.slot).or_insert(floor).dense = w * s;
             }
             for (h, s) in keyword.iter().zip(&kw) {
-                scores.entry(h.slot).or_insert((d_floor, k_floor)).1 = *s;
+                parts.entry(h.slot).or_insert(floor).keyword = (1.0 - w) * s;
             }
-            let hits = scores.into_iter().map(|(slot, (d, k))| Hit { slot, score: w * d + (1.0 - w) * k }).collect();
-            top_k(hits, n)
         }
     }
-}
-
-/// Reciprocal-rank fusion of rankings (best first) with per-arm weights, the best `n`.
-fn rrf(arms: &[(&[Hit], f32)], k: f32, n: usize) -> Vec<Hit> {
-    let mut scores: HashMap<Slot, f32> = HashMap::new();
-    for (hits, weight) in arms {
-        for (rank, h) in hits.iter().enumerate() {
-            *scores.entry(h.slot).or_default() += weight / (k + rank as f32 + 1.0);
-        }
-    }
-    top_k(scores.into_iter().map(|(slot, score)| Hit { slot, score }).collect(), n)
+    let hits = parts.iter().map(|(&slot, c)| Hit { slot, score: c.dense + c.keyword }).collect();
+    top_k(hits, n).into_iter().map(|h| (h, parts[&h.slot])).collect()
 }
 
 #[cfg(test)]
@@ -129,6 +139,22 @@ mod tests {
         let fused = fuse(Fusion::Convex { norm: Normalise::ZScore, dense: 0.5 }, &dense, &[], 5);
         assert_eq!(fused.iter().map(|h| h.slot).collect::<Vec<_>>(), vec![1, 2], "an empty arm changes nothing");
         assert!(fused.iter().all(|h| h.score.is_finite()));
+    }
+
+    #[test]
+    fn the_arms_contributions_add_up_to_the_fused_score() {
+        let dense = scored(&[(1, 0.9), (2, 0.6), (3, 0.5)]);
+        let keyword = scored(&[(3, 8.0), (9, 2.0)]);
+        for fusion in [Fusion::Convex { norm: Normalise::ZScore, dense: 0.5 }, Fusion::Rrf { k: 60.0, dense: 0.5 }] {
+            let explained = fuse_explained(fusion, &dense, &keyword, 4);
+            assert_eq!(explained.len(), 4, "{fusion}");
+            for (hit, c) in &explained {
+                assert!((hit.score - (c.dense + c.keyword)).abs() < 1e-6, "{fusion}: {hit:?} {c:?}");
+            }
+            let nine = explained.iter().find(|(h, _)| h.slot == 9).unwrap().1;
+            let one = explained.iter().find(|(h, _)| h.slot == 1).unwrap().1;
+            assert!(nine.keyword > one.keyword && one.dense > nine.dense, "{fusion}: each arm's own tool gains from it");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 
 use super::Gateway;
-use crate::config::Transport;
+use crate::config::{SessionMode, Transport};
 use crate::metrics;
 
 /// The outcome of the last configuration reload.
@@ -70,7 +70,10 @@ pub struct CatalogStatus {
 #[derive(Debug, Serialize)]
 pub struct BackendStatus {
     pub name: String,
+    /// `http` (streamable HTTP), `sse` (the 2024-11-05 HTTP+SSE transport) or `stdio`.
     pub transport: &'static str,
+    /// `per_client` (a backend session per client session) or `shared`.
+    pub session: &'static str,
     pub connected: bool,
     /// `unknown`, `healthy`, `degraded`, `unhealthy` (`unmonitored` with health checks off).
     pub health: String,
@@ -148,8 +151,13 @@ impl Gateway {
                 BackendStatus {
                     name: b.name().to_string(),
                     transport: match b.config.transport {
-                        Transport::Http { .. } => "http",
+                        Transport::Http { sse: false, .. } => "http",
+                        Transport::Http { sse: true, .. } => "sse",
                         Transport::Stdio { .. } => "stdio",
+                    },
+                    session: match b.config.session {
+                        SessionMode::PerClient => "per_client",
+                        SessionMode::Shared => "shared",
                     },
                     connected: b.is_connected(),
                     health: match (&health, self.health.enabled()) {

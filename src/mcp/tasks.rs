@@ -213,6 +213,17 @@ impl TaskRoutes {
         self.inner.lock().expect("task routes lock").remove(id);
     }
 
+    /// Tasks remembered, by owning principal: (unfinished, finished).
+    pub fn by_principal(&self) -> std::collections::BTreeMap<String, (usize, usize)> {
+        let t = self.inner.lock().expect("task routes lock");
+        let mut out: std::collections::BTreeMap<String, (usize, usize)> = std::collections::BTreeMap::new();
+        for (_, r) in t.routes.iter() {
+            let e = out.entry(r.owner.principal.clone()).or_default();
+            if r.live() { e.0 += 1 } else { e.1 += 1 }
+        }
+        out
+    }
+
     pub fn len(&self) -> usize {
         self.inner.lock().expect("task routes lock").routes.len()
     }

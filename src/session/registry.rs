@@ -74,6 +74,17 @@ impl Registry {
         self.inner.lock().expect("registry lock").by_id.remove(id).is_some()
     }
 
+    /// Live sessions by principal (sessions without an HTTP id are not counted: they have no
+    /// recorded owner).
+    pub fn by_principal(&self) -> std::collections::BTreeMap<String, usize> {
+        let inner = self.inner.lock().expect("registry lock");
+        let mut out = std::collections::BTreeMap::new();
+        for e in inner.by_id.values().filter(|e| e.handle.strong_count() > 0) {
+            *out.entry(e.owner.to_string()).or_default() += 1;
+        }
+        out
+    }
+
     /// Sessions initialised and not ended.
     pub fn live(&self) -> usize {
         let inner = self.inner.lock().expect("registry lock");

@@ -307,6 +307,32 @@ impl Integrity {
         Ok(held)
     }
 
+    /// A tool's accepted and held definitions (either may be missing: a tool held since its
+    /// first sighting has no accepted one).
+    pub fn versions(&self, backend: &str, tool: &str) -> (Option<Tool>, Option<Tool>) {
+        let ledger = self.ledger.lock().expect("ledger lock");
+        let Some(known) = ledger.backends.get(backend) else { return (None, None) };
+        (known.accepted.get(tool).map(|v| v.tool.clone()), known.held.get(tool).map(|v| v.tool.clone()))
+    }
+
+    /// Accepts held versions here (all of `backend`'s, or one tool), as `toolmux tools accept`
+    /// does in the file, keeps the file, and has the catalog take the listings again so that
+    /// they are served. Returns what was accepted.
+    pub fn accept(&self, backend: &str, tool: Option<&str>) -> Vec<(String, String)> {
+        let done = {
+            let mut ledger = self.ledger.lock().expect("ledger lock");
+            let done = ledger.accept(Some(backend), tool);
+            if !done.is_empty() {
+                self.save(&ledger);
+            }
+            done
+        };
+        if !done.is_empty() {
+            self.reread.send_modify(|n| *n += 1);
+        }
+        done
+    }
+
     pub fn status(&self) -> IntegrityStatus {
         let ledger = self.ledger.lock().expect("ledger lock");
         IntegrityStatus {

@@ -174,6 +174,12 @@ impl Generation {
     }
 }
 
+impl Parts {
+    pub fn total(&self) -> f32 {
+        self.dense + self.keyword + self.learned
+    }
+}
+
 /// What a search is asked.
 #[derive(Debug, Clone, Default)]
 pub struct Query {
@@ -214,6 +220,21 @@ pub struct SearchResult {
     pub vector: Option<Arc<Vec<f32>>>,
     /// The model's queue was full: this many requests were ahead, and nothing was searched.
     pub busy: Option<usize>,
+    /// Why each hit scored what it did, in hit order (the console's playground shows it).
+    pub parts: Vec<Parts>,
+}
+
+/// A hit's score by where it came from: `score == dense + keyword + learned`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Parts {
+    /// What the dense arm added (its normalised score, weighted; a clause's scaled too).
+    pub dense: f32,
+    /// What the keyword arm added.
+    pub keyword: f32,
+    /// What use taught ([`learned`]): zero until learning is active.
+    pub learned: f32,
+    /// Which clause of the request scored it (`None`: the whole request).
+    pub clause: Option<usize>,
 }
 
 impl SearchResult {
@@ -228,6 +249,7 @@ impl SearchResult {
             timings,
             vector: None,
             busy,
+            parts: Vec::new(),
         }
     }
 }
@@ -520,6 +542,7 @@ impl Store {
         timings.embed = started.elapsed();
         let (Some(dense), Some(vectors)) = (&generation.dense, vectors) else {
             let hits: Vec<Hit> = keyword(&query.description, &mut timings, true).into_iter().take(n).collect();
+            let parts = hits.iter().map(|h| Parts { keyword: h.score, ..Parts::default() }).collect();
             // No similarity to judge by: a keyword match is at best weak.
             let unreadable = hits.is_empty() || mostly_non_latin(&query.description);
             let verdict = if unreadable { Verdict::None } else { Verdict::Weak };
@@ -532,25 +555,36 @@ impl Store {
                 timings,
                 vector: None,
                 busy: None,
+                parts,
             };
         };
         let mut plan = None;
-        let mut best: HashMap<u32, f32> = HashMap::new();
+        // Each slot's best score, and what made it.
+        let mut best: HashMap<u32, Parts> = HashMap::new();
         for (i, (text, vector)) in texts.iter().zip(&vectors).enumerate() {
             let at = std::time::Instant::now();
             let (d, p) = tracing::debug_span!("dense_search").in_scope(|| dense.search(vector, allow, depth));
             timings.search += at.elapsed();
             plan.get_or_insert(p);
             if ranker == Ranker::DenseOnly {
-                best.extend(d.iter().map(|h| (h.slot, h.score)));
+                best.extend(d.iter().map(|h| (h.slot, Parts { dense: h.score, ..Parts::default() })));
                 break;
             }
             let k = keyword(text, &mut timings, i == 0);
             let at = std::time::Instant::now();
             let weight = if i == 0 { 1.0 } else { CLAUSE_WEIGHT };
-            for h in tracing::debug_span!("fuse").in_scope(|| fusion::fuse(FUSION, &d, &k, depth)) {
-                let score = best.entry(h.slot).or_insert(f32::MIN);
-                *score = score.max(weight * h.score);
+            for (h, c) in tracing::debug_span!("fuse").in_scope(|| fusion::fuse_explained(FUSION, &d, &k, depth)) {
+                let clause = (i > 0).then(|| i - 1);
+                let candidate = Parts { dense: weight * c.dense, keyword: weight * c.keyword, learned: 0.0, clause };
+                match best.entry(h.slot) {
+                    std::collections::hash_map::Entry::Occupied(mut e) if e.get().total() < candidate.total() => {
+                        e.insert(candidate);
+                    }
+                    std::collections::hash_map::Entry::Occupied(_) => {}
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(candidate);
+                    }
+                }
             }
             timings.fuse += at.elapsed();
         }
@@ -560,11 +594,12 @@ impl Store {
             && let Some(learned) = learned.filter(|l| l.active())
         {
             let tools = generation.catalog.tools();
-            for (slot, score) in best.iter_mut() {
-                *score += learned.bonus(&vectors[0], &tools[*slot as usize].key);
+            for (slot, parts) in best.iter_mut() {
+                parts.learned = learned.bonus(&vectors[0], &tools[*slot as usize].key);
             }
         }
-        let hits = top_k(best.into_iter().map(|(slot, score)| Hit { slot, score }).collect(), n);
+        let hits = top_k(best.iter().map(|(&slot, p)| Hit { slot, score: p.total() }).collect(), n);
+        let parts = hits.iter().map(|h| best[&h.slot]).collect();
         let similarity: Vec<f32> = hits
             .iter()
             .map(|h| {
@@ -579,7 +614,7 @@ impl Store {
         };
         let mode = if ranker == Ranker::DenseOnly { SearchMode::Dense } else { SearchMode::Hybrid };
         let vector = vectors.into_iter().next();
-        SearchResult { hits, similarity, verdict, mode, plan, timings, vector, busy: None }
+        SearchResult { hits, similarity, verdict, mode, plan, timings, vector, busy: None, parts }
     }
 }
 

@@ -92,6 +92,11 @@ impl PrincipalUpstreams {
         self.held.lock().expect("principal upstreams lock").iter().filter(|(_, u)| Arc::strong_count(u) > 1).count()
     }
 
+    /// The principals whose backend sessions are held (least recently used last).
+    pub fn principals(&self) -> Vec<String> {
+        self.held.lock().expect("principal upstreams lock").iter().map(|(p, _)| p.clone()).collect()
+    }
+
     /// Principals holding a set now, sets closed to make room, and requests refused.
     pub fn counts(&self) -> (usize, u64, u64) {
         let held = self.held.lock().expect("principal upstreams lock").len();

@@ -44,7 +44,7 @@ mod calls;
 mod groups;
 mod lifecycle;
 mod resources;
-mod search;
+pub mod search;
 mod tasks;
 
 pub struct GatewayHandler {

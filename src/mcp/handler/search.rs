@@ -10,74 +10,118 @@ use crate::config::AnswerForm;
 use crate::index::{AllowList, Slot};
 use crate::mcp::meta::{self, TokenMetrics, Unavailable};
 use crate::session::Snapshot;
-use crate::store::{Query, Ranker};
+use crate::store::{Query, Ranker, SearchResult};
+
+/// A find_tool search done, before it is put into an answer: what the console's playground
+/// shows whole, and find_tool renders as its agent-facing answer.
+pub struct Found {
+    pub query: Query,
+    pub result: SearchResult,
+    /// Matches among tools whose backend is down (would rank with the returned ones).
+    pub unavailable: Vec<Unavailable>,
+    /// Backends the caller may use that wait for a login.
+    pub needs_login: Vec<String>,
+    /// What listing every tool in the caller's scope would cost, in tokens.
+    pub baseline_tokens: u64,
+    /// The caller asked for full definitions (`describe`).
+    pub describe: bool,
+}
+
+impl Found {
+    /// The answer with tools compact (first sentence, required properties whole) or whole.
+    pub fn answer(&self, snap: &Snapshot, compact: bool) -> CallToolResult {
+        let tools: Vec<Tool> = self
+            .result
+            .hits
+            .iter()
+            .map(|h| &snap.generation.catalog.tools()[h.slot as usize].tool)
+            .map(|t| if compact { meta::compact(t) } else { t.clone() })
+            .collect();
+        let returned: u64 = tools.iter().map(token_weight).sum();
+        let mode = serde_json::to_value(self.result.mode)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let matched = meta::Match {
+            verdict: self.result.verdict,
+            scores: self.result.similarity.clone(),
+            non_english: crate::catalog::text::mostly_non_latin(&self.query.description),
+        };
+        meta::find_result(
+            &tools,
+            &matched,
+            TokenMetrics::new(self.baseline_tokens, returned),
+            &mode,
+            self.unavailable.clone(),
+            self.needs_login.clone(),
+        )
+    }
+}
 
 impl GatewayHandler {
     /// find_tool over `snap` (also used by `toolmux find`).
     pub async fn find_tool(&self, args: Option<&rmcp::model::JsonObject>, snap: &Snapshot) -> CallToolResult {
-        let args = match meta::parse_find(args) {
-            Ok(a) => a,
-            Err(msg) => return meta::error_result(msg),
+        let found = match self.search(args, snap).await {
+            Ok(found) => found,
+            Err(refused) => return refused,
         };
+        if found.result.busy.is_none() {
+            self.gw.metrics.find_tool(&found.result);
+        }
+        // A call that follows may teach the ranking (`store::learned`).
+        if let (Some(session), Some(vector)) = (self.session.get(), &found.result.vector)
+            && self.gw.store.learned().is_some_and(|l| l.is_enabled())
+        {
+            let tools = snap.generation.catalog.tools();
+            let hits = found.result.hits.iter().map(|h| tools[h.slot as usize].key.clone()).collect();
+            session.usage.found(vector.clone(), hits);
+        }
+        let compact = self.gw.answer == AnswerForm::Compact && !found.describe;
+        found.answer(snap, compact)
+    }
+
+    /// find_tool's search over `snap`, with everything its answer says, or the `isError` answer
+    /// for a request it refuses (bad arguments, too long, the model busy). Counts and learns
+    /// nothing: [`GatewayHandler::find_tool`] does that for agents' requests.
+    pub async fn search(
+        &self,
+        args: Option<&rmcp::model::JsonObject>,
+        snap: &Snapshot,
+    ) -> Result<Found, CallToolResult> {
+        let args = meta::parse_find(args).map_err(meta::error_result)?;
         // Checked before anything is tokenised or cached: the model reads 256 word pieces
         // (about a thousand characters) and ignores the rest anyway.
         let max = self.gw.max_query_chars;
         let description_chars = args.description.chars().count();
         let keyword_chars: usize = args.keywords.iter().map(|k| k.chars().count() + 1).sum();
         if description_chars > max {
-            return meta::error_result(format!(
+            return Err(meta::error_result(format!(
                 "tool_description is {description_chars} characters; the limit is {max} (optimizer.max_query_chars). Describe the capability you need in a sentence or two."
-            ));
+            )));
         }
         if keyword_chars > max {
-            return meta::error_result(format!(
+            return Err(meta::error_result(format!(
                 "tool_keywords add up to {keyword_chars} characters; the limit is {max} (optimizer.max_query_chars). Give a few distinctive words."
-            ));
+            )));
         }
-        let describe = args.describe;
         let query = Query { description: args.description, keywords: args.keywords };
-        let n = self.gw.max_tools;
-        let generation = &snap.generation;
-        let result = self.gw.store.search(generation, &snap.allow, &query, n, Ranker::Fused).await;
+        let result = self.gw.store.search(&snap.generation, &snap.allow, &query, self.gw.max_tools, Ranker::Fused).await;
         if let Some(ahead) = result.busy {
             self.gw.metrics.find_tool_busy.inc();
-            return meta::error_result(format!(
+            return Err(meta::error_result(format!(
                 "busy: {ahead} requests are ahead of yours for the search model; retry in a moment"
-            ));
+            )));
         }
-        self.gw.metrics.find_tool(&result);
-        // A call that follows may teach the ranking (`store::learned`).
-        if let (Some(session), Some(vector)) = (self.session.get(), &result.vector)
-            && self.gw.store.learned().is_some_and(|l| l.is_enabled())
-        {
-            let found = result.hits.iter().map(|h| generation.catalog.tools()[h.slot as usize].key.clone()).collect();
-            session.usage.found(vector.clone(), found);
-        }
-        let compact = self.gw.answer == AnswerForm::Compact && !describe;
-        let tools: Vec<Tool> = result
-            .hits
-            .iter()
-            .map(|h| &generation.catalog.tools()[h.slot as usize].tool)
-            .map(|t| if compact { meta::compact(t) } else { t.clone() })
-            .collect();
-        let returned: u64 = tools.iter().map(token_weight).sum();
         let unavailable = self.unavailable(snap, &query, &result.hits).await;
         let needs_login = self.needs_login(snap);
-        let mode =
-            serde_json::to_value(result.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        let matched = meta::Match {
-            verdict: result.verdict,
-            scores: result.similarity,
-            non_english: crate::catalog::text::mostly_non_latin(&query.description),
-        };
-        meta::find_result(
-            &tools,
-            &matched,
-            TokenMetrics::new(snap.baseline_tokens, returned),
-            &mode,
+        Ok(Found {
+            query,
+            result,
             unavailable,
             needs_login,
-        )
+            baseline_tokens: snap.baseline_tokens,
+            describe: args.describe,
+        })
     }
 
     /// Up to three names in `snap` (never outside it) closest to an unknown `name`: the nearest
