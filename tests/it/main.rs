@@ -7,6 +7,7 @@ mod conformance_server;
 
 mod auth;
 mod cli;
+mod console;
 mod gateway;
 mod groups;
 mod health;

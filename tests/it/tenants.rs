@@ -7,7 +7,9 @@
 //! - no backend state but the caller's own (what `recall` returns is what this caller, in this
 //!   session or as this session-less principal, last remembered);
 //! - no task but the caller's own, and none whose tool the caller may no longer use;
-//! - no group but of the caller's own backends, and no group's tools outside its scope.
+//! - no group but of the caller's own backends, and no group's tools outside its scope;
+//! - in the operator console's views (tools, overview, playground): no tool outside the scope,
+//!   no other principal, no search of another principal's scope.
 //!
 //! `TOOLMUX_TENANT_SEED=N` replays one walk; `TOOLMUX_TENANT_STEPS=N` makes each walk longer
 //! (CI runs a bounded number of steps). A failure prints the seed and the step.
@@ -159,7 +161,8 @@ impl Walk {
             20..40 if self.variant == Variant::Sessions => self.recall(who).await,
             0..40 => self.groups(who).await,
             40..55 => self.list(who).await,
-            55..65 => self.find(who).await,
+            55..61 => self.find(who).await,
+            61..65 => self.console(who.principal()).await,
             65..75 => self.make_task(who).await,
             75..88 => self.follow_task(who).await,
             88..95 => self.reload().await,
@@ -266,6 +269,48 @@ impl Walk {
         for name in found(&r) {
             assert!(self.in_scope(who, &name), "{}: {who:?} found {name} outside its scope", self.at());
         }
+    }
+
+    /// The operator console's views, as this principal (no admin here): every tool they name is
+    /// in scope, no principal but this one is shown, nothing outside the scope is listed as
+    /// excluded, and another principal's scope cannot be searched.
+    async fn console(&mut self, p: usize) {
+        let who = Who::Sessionless(p);
+        let http = reqwest::Client::new();
+        let base = format!("http://{}/ui/api", self.app.addr.unwrap());
+        let get = |path: &str| http.get(format!("{base}/{path}")).bearer_auth(PRINCIPALS[p]).send();
+        let tools: Value = get("tools").await.unwrap().json().await.unwrap();
+        for backend in tools["backends"].as_array().unwrap() {
+            let name = backend["name"].as_str().unwrap();
+            assert!(self.allowed[p].contains(name), "{}: {who:?} shown backend {name} in the console", self.at());
+            for t in backend["tools"].as_array().unwrap() {
+                let tool = t["name"].as_str().unwrap();
+                assert!(self.in_scope(who, tool), "{}: {who:?} shown {tool} in the console", self.at());
+            }
+        }
+        assert!(tools["held"].is_number(), "{}: held details are for admins", self.at());
+        let overview: Value = get("overview").await.unwrap().json().await.unwrap();
+        for row in overview["principals"].as_array().unwrap() {
+            assert_eq!(row["principal"], PRINCIPALS[p], "{}: {who:?} shown another principal", self.at());
+        }
+        let post = |body: Value| {
+            http.post(format!("{base}/search"))
+                .bearer_auth(PRINCIPALS[p])
+                .header("x-toolmux-console", "1")
+                .json(&body)
+                .send()
+        };
+        let searched = post(json!({"request": "create an issue"})).await.unwrap();
+        assert_eq!(searched.status(), 200, "{}", self.at());
+        let searched: Value = searched.json().await.unwrap();
+        for hit in searched["ranked"].as_array().unwrap() {
+            let tool = hit["name"].as_str().unwrap();
+            assert!(self.in_scope(who, tool), "{}: {who:?} found {tool} in the playground", self.at());
+        }
+        assert!(searched.get("excluded").is_none(), "{}: excluded tools are for admins", self.at());
+        let other = PRINCIPALS[(p + 1) % PRINCIPALS.len()];
+        let refused = post(json!({"request": "create an issue", "principal": other})).await.unwrap();
+        assert_eq!(refused.status(), 403, "{}: {who:?} searched {other}'s scope", self.at());
     }
 
     async fn make_task(&mut self, who: Who) {

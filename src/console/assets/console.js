@@ -8,7 +8,7 @@ let current = 'overview';
 let viewer = null;
 
 function el(tag, attrs, ...children) {
-  const node = tag === 'svg' || ['polyline', 'line', 'text', 'g'].includes(tag)
+  const node = tag === 'svg' || ['polyline', 'line', 'text', 'g', 'circle'].includes(tag)
     ? document.createElementNS('http://www.w3.org/2000/svg', tag)
     : document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -17,7 +17,7 @@ function el(tag, attrs, ...children) {
     else if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
     else node.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined) continue;
     node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -111,7 +111,7 @@ async function overview() {
 function bars(hit, scale) {
   const row = (name, v) => {
     const bar = el('div', { class: 'bar ' + name + (v < 0 ? ' negative' : '') });
-    bar.style.width = Math.max(1, Math.round(Math.abs(v) / scale * 160)) + 'px';
+    bar.style.width = Math.max(1, Math.round(Math.abs(v) / scale * 140)) + 'px';
     return [el('span', {}, name), el('div', {}, bar), el('span', { 'data-part': name }, v.toFixed(3))];
   };
   const parts = [row('dense', hit.dense), row('keyword', hit.keyword)];
@@ -232,6 +232,8 @@ function chart(svg, series, format) {
     const points = [];
     s.values.forEach((v, i) => { if (v !== null) points.push(x(i).toFixed(1) + ',' + y(v).toFixed(1)); });
     parts.push(el('polyline', { class: s.cls, points: points.join(' '), 'data-series': s.name }));
+    // Each measured slice as a dot too: a lone slice draws no line.
+    s.values.forEach((v, i) => { if (v !== null && v > 0) parts.push(el('circle', { class: s.cls, cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: 2.5 })); });
   }
   svg.replaceChildren(...parts);
 }

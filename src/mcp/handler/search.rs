@@ -105,7 +105,8 @@ impl GatewayHandler {
             )));
         }
         let query = Query { description: args.description, keywords: args.keywords };
-        let result = self.gw.store.search(&snap.generation, &snap.allow, &query, self.gw.max_tools, Ranker::Fused).await;
+        let result =
+            self.gw.store.search(&snap.generation, &snap.allow, &query, self.gw.max_tools, Ranker::Fused).await;
         if let Some(ahead) = result.busy {
             self.gw.metrics.find_tool_busy.inc();
             return Err(meta::error_result(format!(
