@@ -588,11 +588,15 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             let path = config.server.path.clone();
+            let console = config.server.console;
             let grace = config.server.shutdown_grace;
             let stop = stop_signals()?;
             let app = App::start(config, Options::default()).await?;
             let addr = app.addr.expect("serving HTTP");
             println!("toolmux listening on http://{addr}{path}");
+            if console {
+                println!("console at http://{addr}{}", toolmux::console::PATH);
+            }
             serve_until_signal(app, grace, Some(Reload { file, watch }), stop).await
         }
         Command::Find { config, query, keywords } => {
@@ -619,6 +623,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 app.gateway.upstream.backends().len(),
                 app.gateway.store.current().catalog.len()
             );
+            println!("console at http://{addr}{}", toolmux::console::PATH);
             serve_until_signal(app, toolmux::config::DEFAULT_SHUTDOWN_GRACE, None, stop).await
         }
         Command::Backend { name, listen, stdio, list_delay_ms } => {
