@@ -25,8 +25,9 @@ fn viewer(gw: &Gateway, caller: &Caller) -> Value {
     json!({"principal": caller.principal, "groups": caller.groups, "admin": gw.is_admin(caller)})
 }
 
-/// The overview: `/status` as the caller may see it, and sessions and tasks by principal
-/// (an admin sees every principal; anyone else only their own).
+/// The overview: `/status` as the caller may see it (anyone but an admin: only the backends
+/// their policy lets them use), and sessions and tasks by principal (an admin sees every
+/// principal; anyone else only their own).
 pub fn overview(gw: &Gateway, caller: &Caller) -> Value {
     let admin = gw.is_admin(caller);
     let mut rows: BTreeMap<String, PrincipalRow> = BTreeMap::new();
@@ -54,9 +55,19 @@ pub fn overview(gw: &Gateway, caller: &Caller) -> Value {
             })
         })
         .collect();
+    let mut status = gw.status_for(caller);
+    if !admin {
+        // Only the backends this caller may use: the others are catalog details.
+        let policy = gw.policy();
+        if let Some(backends) = status["backends"].as_array_mut() {
+            backends.retain(|b| {
+                b["name"].as_str().is_some_and(|name| !matches!(policy.backend(caller, name), Access::Nothing))
+            });
+        }
+    }
     json!({
         "viewer": viewer(gw, caller),
-        "status": gw.status_for(caller),
+        "status": status,
         "principals": principals,
     })
 }

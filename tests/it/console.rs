@@ -297,6 +297,9 @@ async fn the_consoles_views_are_the_callers_own() {
     assert_eq!(overview["viewer"]["admin"], false);
     assert!(overview["principals"].as_array().unwrap().iter().all(|p| p["principal"] == "bob"), "{overview}");
     assert_eq!(overview["status"]["details"], false);
+    let shown: Vec<&str> =
+        overview["status"]["backends"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();
+    assert_eq!(shown, ["github"], "bob's overview names his backend only");
     let found: Value =
         post("/api/search", "bob", json!({"request": "create a ticket in jira"})).await.unwrap().json().await.unwrap();
     assert!(

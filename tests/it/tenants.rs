@@ -293,6 +293,10 @@ impl Walk {
         for row in overview["principals"].as_array().unwrap() {
             assert_eq!(row["principal"], PRINCIPALS[p], "{}: {who:?} shown another principal", self.at());
         }
+        for b in overview["status"]["backends"].as_array().unwrap() {
+            let name = b["name"].as_str().unwrap();
+            assert!(self.allowed[p].contains(name), "{}: {who:?} shown backend {name} in the overview", self.at());
+        }
         let post = |body: Value| {
             http.post(format!("{base}/search"))
                 .bearer_auth(PRINCIPALS[p])
