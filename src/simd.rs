@@ -82,6 +82,9 @@ pub fn idot(a: &[i8], b: &[i8]) -> i32 {
 /// 32-bit lanes, where plain NEON needs widening multiplies and pairwise adds (about six
 /// instructions for the same 16 pairs). The compiler does not form SDOT from the portable loop,
 /// and its intrinsic is not stable, so the one instruction is written out.
+#[cfg(target_arch = "x86_64")]
+pub mod vnni512;
+
 #[cfg(target_arch = "aarch64")]
 mod sdot {
     use std::arch::aarch64::{int32x4_t, vaddvq_s32, vdupq_n_s32, vld1q_s8};

@@ -34,13 +34,14 @@ pub struct Config {
 }
 
 struct Norm {
-    weight: Tensor,
-    bias: Tensor,
+    weight: Vec<f32>,
+    bias: Vec<f32>,
 }
 
 struct Dense {
     weights: Weights,
-    bias: Tensor,
+    /// Added in the product's own op (no pass of candle's over the output).
+    bias: Arc<Vec<f32>>,
 }
 
 enum Weights {
@@ -65,16 +66,15 @@ impl Dense {
                 Weights::Int8(Arc::new(kernels::QWeights::new(&w, cols, inner)))
             }
         };
-        Ok(Self { weights, bias })
+        Ok(Self { weights, bias: Arc::new(bias.to_vec1::<f32>()?) })
     }
 
     /// `x Wᵀ + b` for `x` of shape `(tokens, in)`.
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let product = match &self.weights {
-            Weights::F32(weight_t) => x.apply_op2_no_bwd(weight_t, &MatMul)?,
-            Weights::Int8(q) => x.apply_op1_no_bwd(&QMatMul(q.clone()))?,
-        };
-        product.broadcast_add(&self.bias)
+        match &self.weights {
+            Weights::F32(weight_t) => x.apply_op2_no_bwd(weight_t, &MatMul(self.bias.clone())),
+            Weights::Int8(q) => x.apply_op1_no_bwd(&QMatMul(q.clone(), self.bias.clone())),
+        }
     }
 }
 
@@ -89,9 +89,10 @@ struct Layer {
 }
 
 pub struct Encoder {
-    word: Tensor,
-    position: Tensor,
-    token_type: Tensor,
+    /// Embedding tables, `hidden` floats a row; token type 0's row only (every token has it).
+    word: Vec<f32>,
+    position: Vec<f32>,
+    token_type: Vec<f32>,
     embedding_norm: Norm,
     layers: Vec<Layer>,
     heads: usize,
@@ -104,7 +105,7 @@ fn norm(vb: VarBuilder, size: usize) -> candle_core::Result<Norm> {
     // Older checkpoints name the LayerNorm parameters gamma and beta.
     let weight = vb.get(size, "weight").or_else(|_| vb.get(size, "gamma"))?;
     let bias = vb.get(size, "bias").or_else(|_| vb.get(size, "beta"))?;
-    Ok(Norm { weight, bias })
+    Ok(Norm { weight: weight.to_vec1()?, bias: bias.to_vec1()? })
 }
 
 impl Encoder {
@@ -144,9 +145,12 @@ impl Encoder {
             })
             .collect::<candle_core::Result<Vec<_>>>()?;
         Ok(Self {
-            word: e.get((config.vocab_size, h), "word_embeddings.weight")?,
-            position: e.get((config.max_position_embeddings, h), "position_embeddings.weight")?,
-            token_type: e.get((config.type_vocab_size, h), "token_type_embeddings.weight")?,
+            word: e.get((config.vocab_size, h), "word_embeddings.weight")?.flatten_all()?.to_vec1()?,
+            position: e
+                .get((config.max_position_embeddings, h), "position_embeddings.weight")?
+                .flatten_all()?
+                .to_vec1()?,
+            token_type: e.get((config.type_vocab_size, h), "token_type_embeddings.weight")?.get(0)?.to_vec1()?,
             embedding_norm: norm(e.pp("LayerNorm"), h)?,
             layers,
             heads: config.num_attention_heads,
@@ -173,31 +177,32 @@ impl Encoder {
             self.max_positions
         );
         let device = Device::Cpu;
-        let ids: Vec<u32> = sequences.iter().flat_map(|s| s.iter().copied()).collect();
-        let positions: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
-        let tokens = ids.len();
-        let ids = Tensor::from_vec(ids, tokens, &device)?;
-        let positions = Tensor::from_vec(positions, tokens, &device)?;
-        // Every token has type 0.
-        let mut x = (self.word.index_select(&ids, 0)? + self.position.index_select(&positions, 0)?)?
-            .broadcast_add(&self.token_type.get(0)?)?;
-        x = self.normalize(&x, &self.embedding_norm)?;
+        // Each token's row: its word's, its position's and token type 0's, summed.
+        let hidden = self.hidden();
+        let tokens: usize = lens.iter().sum();
+        let mut rows = Vec::with_capacity(tokens * hidden);
+        for sequence in sequences {
+            for (position, &id) in sequence.iter().enumerate() {
+                let word = self.word.get(id as usize * hidden..(id as usize + 1) * hidden);
+                let word = word.ok_or_else(|| anyhow::anyhow!("token id {id} is outside the vocabulary"))?;
+                let at = &self.position[position * hidden..(position + 1) * hidden];
+                rows.extend(word.iter().zip(at).zip(&self.token_type).map(|((w, p), t)| w + p + t));
+            }
+        }
+        let mut x = Tensor::from_vec(rows, (tokens, hidden), &device)?;
+        x = x.apply_op1_no_bwd(&AddNorm { norm: &self.embedding_norm, eps: self.eps })?;
         let attention = PackedAttention { lens: lens.clone(), heads: self.heads, head_dim: self.head_dim };
         for layer in &self.layers {
             let qkv = layer.qkv.forward(&x)?;
             let context = qkv.apply_op1_no_bwd(&attention)?;
-            let attended = (layer.attention_out.forward(&context)? + &x)?;
-            x = self.normalize(&attended, &layer.attention_norm)?;
+            let attended = layer.attention_out.forward(&context)?;
+            x = attended.apply_op2_no_bwd(&x, &AddNorm { norm: &layer.attention_norm, eps: self.eps })?;
             let inner = layer.intermediate.forward(&x)?.apply_op1_no_bwd(&Gelu)?;
-            let out = (layer.output.forward(&inner)? + &x)?;
-            x = self.normalize(&out, &layer.output_norm)?;
+            let out = layer.output.forward(&inner)?;
+            x = out.apply_op2_no_bwd(&x, &AddNorm { norm: &layer.output_norm, eps: self.eps })?;
         }
         let rows = x.flatten_all()?.to_vec1::<f32>()?;
         Ok(pool(&rows, &lens, self.hidden()))
-    }
-
-    fn normalize(&self, x: &Tensor, n: &Norm) -> candle_core::Result<Tensor> {
-        candle_nn::ops::layer_norm(x, &n.weight, &n.bias, self.eps)
     }
 }
 
@@ -252,8 +257,56 @@ impl CustomOp1 for PackedAttention {
     }
 }
 
-/// [`kernels::matmul`] as a candle op: `(rows, inner)` · `(inner, cols)`.
-struct MatMul;
+/// [`kernels::add_layer_norm`] as a candle op: `x` (with the residual as a second input)
+/// layer-normalised by `norm`.
+struct AddNorm<'a> {
+    norm: &'a Norm,
+    eps: f32,
+}
+
+impl AddNorm<'_> {
+    fn run(&self, x: &[f32], residual: Option<&[f32]>, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let width = self.norm.weight.len();
+        if layout.shape().dims().last() != Some(&width) {
+            candle_core::bail!("layer-norm: input {:?}, rows of {width} expected", layout.shape());
+        }
+        let mut out = x.to_vec();
+        kernels::add_layer_norm(&mut out, residual, &self.norm.weight, &self.norm.bias, self.eps);
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+}
+
+impl CustomOp1 for AddNorm<'_> {
+    fn name(&self) -> &'static str {
+        "layer-norm"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        self.run(f32_data("layer-norm", storage, layout)?, None, layout)
+    }
+}
+
+impl CustomOp2 for AddNorm<'_> {
+    fn name(&self) -> &'static str {
+        "add-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        if l1.shape() != l2.shape() {
+            candle_core::bail!("add-layer-norm: {:?} plus {:?}", l1.shape(), l2.shape());
+        }
+        self.run(f32_data("add-layer-norm", s1, l1)?, Some(f32_data("add-layer-norm", s2, l2)?), l1)
+    }
+}
+
+/// [`kernels::matmul`] as a candle op: `(rows, inner)` · `(inner, cols)`, plus a bias per column.
+struct MatMul(Arc<Vec<f32>>);
 
 impl CustomOp2 for MatMul {
     fn name(&self) -> &'static str {
@@ -274,12 +327,13 @@ impl CustomOp2 for MatMul {
         }
         let mut out = vec![0f32; rows * cols];
         kernels::matmul(x, w, rows, inner, cols, &mut out);
+        kernels::add_bias(&mut out, &self.0);
         Ok((CpuStorage::F32(out), Shape::from((rows, cols))))
     }
 }
 
-/// [`kernels::qmatmul`] as a candle op: `(rows, inner)` · int8 `Wᵀ`.
-struct QMatMul(Arc<kernels::QWeights>);
+/// [`kernels::qmatmul`] as a candle op: `(rows, inner)` · int8 `Wᵀ`, plus a bias per column.
+struct QMatMul(Arc<kernels::QWeights>, Arc<Vec<f32>>);
 
 impl CustomOp1 for QMatMul {
     fn name(&self) -> &'static str {
@@ -294,6 +348,7 @@ impl CustomOp1 for QMatMul {
         }
         let mut out = vec![0f32; rows * self.0.cols()];
         kernels::qmatmul(x, rows, &self.0, &mut out);
+        kernels::add_bias(&mut out, &self.1);
         Ok((CpuStorage::F32(out), Shape::from((rows, self.0.cols()))))
     }
 }

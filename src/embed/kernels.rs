@@ -64,17 +64,86 @@ widest! {
     }
 }
 
+/// Rows of `x` (each `weight.len()` wide), plus `residual` when given, layer-normalised in place:
+/// `(x - mean) / sqrt(var + eps) · weight + bias`, the mean and variance over each row.
+pub fn add_layer_norm(x: &mut [f32], residual: Option<&[f32]>, weight: &[f32], bias: &[f32], eps: f32) {
+    let width = weight.len().max(1);
+    assert_eq!(bias.len(), weight.len(), "a bias per weight");
+    assert!(residual.is_none_or(|r| r.len() == x.len()), "the residual is as long as x");
+    /// Rows per parallel chunk: a few hundred microseconds of work.
+    const ROWS: usize = 32;
+    let chunk = ROWS * width;
+    if x.len() <= chunk {
+        return norm_rows(x, residual.unwrap_or(&[]), weight, bias, eps);
+    }
+    x.par_chunks_mut(chunk).enumerate().for_each(|(i, rows)| {
+        let res = residual.map_or(&[][..], |r| &r[i * chunk..i * chunk + rows.len()]);
+        norm_rows(rows, res, weight, bias, eps);
+    });
+}
+
+widest! {
+    /// [`add_layer_norm`] on one thread; `residual` is empty or as long as `x`.
+    fn norm_rows(x: &mut [f32], residual: &[f32], weight: &[f32], bias: &[f32], eps: f32) {
+        let width = weight.len();
+        for (i, row) in x.chunks_exact_mut(width).enumerate() {
+            if !residual.is_empty() {
+                row.iter_mut().zip(&residual[i * width..(i + 1) * width]).for_each(|(x, r)| *x += r);
+            }
+            let mean = lane_sum(row, |x| x) / width as f32;
+            let var = lane_sum(row, |x| (x - mean) * (x - mean)) / width as f32;
+            let inv = 1.0 / (var + eps).sqrt();
+            for ((x, w), b) in row.iter_mut().zip(weight).zip(bias) {
+                *x = (*x - mean) * inv * w + b;
+            }
+        }
+    }
+}
+
+/// `Σ f(x)` over 16 lanes (a float sum in one register would wait on each addition in turn:
+/// the compiler may not reorder float additions itself).
+#[inline(always)]
+fn lane_sum(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [0f32; 16];
+    let mut chunks = xs.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l += f(x);
+        }
+    }
+    chunks.remainder().iter().map(|&x| f(x)).sum::<f32>() + lanes.iter().sum::<f32>()
+}
+
+/// The largest of `xs`, over 16 lanes (as [`lane_sum`]).
+#[inline(always)]
+fn lane_max(xs: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = xs.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l = l.max(x);
+        }
+    }
+    chunks.remainder().iter().chain(lanes.iter()).copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// Adds `bias` to each `bias.len()`-wide row of `x`.
+pub fn add_bias(x: &mut [f32], bias: &[f32]) {
+    if bias.is_empty() {
+        return;
+    }
+    for row in x.chunks_exact_mut(bias.len()) {
+        row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+    }
+}
+
 widest! {
     /// Softmax of each `width`-long row of `rows`, in place.
     pub fn softmax(rows: &mut [f32], width: usize) {
         for row in rows.chunks_exact_mut(width) {
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for x in row.iter_mut() {
-                *x = exp(*x - max);
-                sum += *x;
-            }
-            let inv = 1.0 / sum;
+            let max = lane_max(row);
+            row.iter_mut().for_each(|x| *x = exp(*x - max));
+            let inv = 1.0 / lane_sum(row, |x| x);
             row.iter_mut().for_each(|x| *x *= inv);
         }
     }
@@ -148,15 +217,31 @@ pub fn matmul(x: &[f32], w: &[f32], rows: usize, inner: usize, cols: usize, out:
 /// `w[c][i] ≈ codes[c][i] · scales[c][i / BLOCK]`. A little over a quarter of the f32 bytes: the
 /// weights a query's pass streams are what bounds it.
 pub struct QWeights {
+    /// Empty when `packed` holds them.
     codes: Vec<i8>,
     scales: Vec<f32>,
     inner: usize,
     cols: usize,
+    /// The same codes in the AVX-512 VNNI kernel's layout, on CPUs that run it.
+    #[cfg(target_arch = "x86_64")]
+    packed: Option<crate::simd::vnni512::Packed>,
 }
 
 impl QWeights {
-    /// Quantises `w`, stored `(cols, inner)` row-major (PyTorch's `(out, in)`).
+    /// Quantises `w`, stored `(cols, inner)` row-major (PyTorch's `(out, in)`), in the layout
+    /// of the fastest kernel this CPU runs.
     pub fn new(w: &[f32], cols: usize, inner: usize) -> Self {
+        let mut q = Self::rows(w, cols, inner);
+        #[cfg(target_arch = "x86_64")]
+        if crate::simd::vnni512::available() {
+            q.packed = Some(crate::simd::vnni512::Packed::new(&q.codes, &q.scales, cols, inner));
+            q.codes = Vec::new();
+        }
+        q
+    }
+
+    /// Quantises `w` for the row kernels ([`crate::simd::idot_rows_blocks`]) only.
+    fn rows(w: &[f32], cols: usize, inner: usize) -> Self {
         assert_eq!(w.len(), cols * inner, "w is cols × inner");
         let blocks = inner.div_ceil(crate::simd::BLOCK);
         let mut codes = Vec::with_capacity(w.len());
@@ -168,7 +253,14 @@ impl QWeights {
                 scales.push(s);
             }
         }
-        Self { codes, scales, inner, cols }
+        Self {
+            codes,
+            scales,
+            inner,
+            cols,
+            #[cfg(target_arch = "x86_64")]
+            packed: None,
+        }
     }
 
     pub fn cols(&self) -> usize {
@@ -192,6 +284,10 @@ pub fn qmatmul(x: &[f32], rows: usize, w: &QWeights, out: &mut [f32]) {
     let (inner, cols) = (w.inner, w.cols);
     assert_eq!(x.len(), rows * inner, "x is rows × inner");
     assert_eq!(out.len(), rows * cols, "out is rows × cols");
+    #[cfg(target_arch = "x86_64")]
+    if let Some(packed) = &w.packed {
+        return qmatmul_packed(x, rows, packed, out);
+    }
     let blocks = inner.div_ceil(BLOCK);
     let mut xq = vec![0i8; rows * inner];
     let mut xs = Vec::with_capacity(rows * blocks);
@@ -227,6 +323,38 @@ pub fn qmatmul(x: &[f32], rows: usize, w: &QWeights, out: &mut [f32]) {
     rayon::scope(|scope| {
         for block in blocks {
             scope.spawn(|_| product(block));
+        }
+    });
+}
+
+/// [`qmatmul`] on AVX-512 VNNI ([`crate::simd::vnni512`]): threads split the column groups.
+#[cfg(target_arch = "x86_64")]
+fn qmatmul_packed(x: &[f32], rows: usize, w: &crate::simd::vnni512::Packed, out: &mut [f32]) {
+    use crate::simd::vnni512;
+    let xq = vnni512::Activations::quantize(x, rows, w.inner);
+    struct Out(*mut f32);
+    // SAFETY: each task writes the columns of its own groups only; `out` outlives the scope.
+    unsafe impl Send for Out {}
+    // SAFETY: as for `Send`: shared, the pointer is only used for disjoint columns.
+    unsafe impl Sync for Out {}
+    let base = Out(out.as_mut_ptr());
+    let run = |groups: std::ops::Range<usize>| {
+        let base = &base;
+        // SAFETY: the packed weights exist only where `vnni512::available()` held; `out` is
+        // `rows × cols` (checked by the caller) and `groups` are this task's alone.
+        unsafe { vnni512::gemm(w, &xq, rows, groups, base.0) }
+    };
+    let threads = rayon::current_num_threads().max(1);
+    // Pairs of groups (the kernel's 32-column tile), a few per thread for balance.
+    let per = w.groups.div_ceil(threads * 4).max(2).next_multiple_of(2);
+    if threads == 1 || w.groups <= per {
+        run(0..w.groups);
+        return;
+    }
+    rayon::scope(|scope| {
+        for start in (0..w.groups).step_by(per) {
+            let run = &run;
+            scope.spawn(move |_| run(start..(start + per).min(w.groups)));
         }
     });
 }
@@ -391,6 +519,35 @@ mod tests {
     }
 
     #[test]
+    fn layer_norm_matches_a_naive_one_with_and_without_a_residual() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        let mut rng = StdRng::seed_from_u64(9);
+        let width = 48;
+        let weight: Vec<f32> = (0..width).map(|_| rng.random_range(0.5..1.5)).collect();
+        let bias: Vec<f32> = (0..width).map(|_| rng.random_range(-0.5..0.5)).collect();
+        // Few rows (one thread) and many (parallel chunks, the last one short).
+        for rows in [3, 75] {
+            let x: Vec<f32> = (0..rows * width).map(|_| rng.random_range(-4.0..4.0)).collect();
+            let r: Vec<f32> = (0..rows * width).map(|_| rng.random_range(-1.0..1.0)).collect();
+            for residual in [None, Some(&r[..])] {
+                let mut got = x.clone();
+                add_layer_norm(&mut got, residual, &weight, &bias, 1e-12);
+                for (i, row) in got.chunks_exact(width).enumerate() {
+                    let v: Vec<f64> = (0..width)
+                        .map(|j| x[i * width + j] as f64 + residual.map_or(0.0, |r| r[i * width + j] as f64))
+                        .collect();
+                    let mean = v.iter().sum::<f64>() / width as f64;
+                    let var = v.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / width as f64;
+                    for (j, &g) in row.iter().enumerate() {
+                        let want = (v[j] - mean) / (var + 1e-12).sqrt() * weight[j] as f64 + bias[j] as f64;
+                        assert!((g as f64 - want).abs() < 1e-4, "row {i} col {j}: {g} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
     fn softmax_sums_to_one_and_keeps_order() {
         let mut row = vec![1.0f32, 3.0, -2.0, 3.0, 1000.0, -1000.0];
         softmax(&mut row, 6);
@@ -440,6 +597,32 @@ mod tests {
         let want = naive(&qkv, &lens, heads, d);
         let worst = out.iter().zip(&want).map(|(a, b)| (*a as f64 - b).abs()).fold(0.0, f64::max);
         assert!(worst < 1e-5, "max difference {worst}");
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_packed_kernel_matches_the_row_kernels() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        if !crate::simd::vnni512::available() {
+            eprintln!("no AVX-512 VNNI here: the packed kernel is not used, nothing to compare");
+            return;
+        }
+        let mut rng = StdRng::seed_from_u64(11);
+        // Every tile shape (1 to 4 rows and more; one or two groups; a partial group; a tail block).
+        for (rows, inner, cols) in [(1, 32, 16), (3, 50, 40), (4, 384, 48), (9, 384, 384), (7, 1536, 33), (17, 96, 1)] {
+            let x: Vec<f32> = (0..rows * inner).map(|_| rng.random_range(-3.0..3.0)).collect();
+            let w: Vec<f32> = (0..cols * inner).map(|_| rng.random_range(-0.2..0.2)).collect();
+            let mut rows_out = vec![0f32; rows * cols];
+            qmatmul(&x, rows, &QWeights::rows(&w, cols, inner), &mut rows_out);
+            let packed = QWeights::new(&w, cols, inner);
+            assert!(packed.packed.is_some() && packed.codes.is_empty());
+            let mut packed_out = vec![f32::NAN; rows * cols];
+            qmatmul(&x, rows, &packed, &mut packed_out);
+            for (p, r) in packed_out.iter().zip(&rows_out) {
+                // The same exact block sums and scales; only the order of float additions differs.
+                assert!((p - r).abs() <= 1e-5 * (1.0 + r.abs()), "{rows}×{inner}×{cols}: {p} vs {r}");
+            }
+        }
     }
 
     #[test]

@@ -76,13 +76,22 @@ impl ModelEmbedder {
         let (tx, mut rx) = mpsc::channel::<Job>(QUEUE_DEPTH);
         let (passes, answered) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let counts = (passes.clone(), answered.clone());
+        // The encoder's parallel loops (its kernels', candle's, gemm's) run in a pool of the
+        // model's own, and each pass runs inside it: the thread that walks the layers is one of
+        // the pool's workers and takes part in every loop, instead of waiting outside while its
+        // jobs are handed over and woken up, once per layer operation.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("toolmux-embed-{i}"))
+            .build()?;
         std::thread::Builder::new().name("toolmux-embed".into()).spawn(move || {
             let mut next = None;
             while let Some(first) = next.take().or_else(|| rx.blocking_recv()) {
                 let (jobs, leftover) = gather(first, &mut rx, batching);
                 counts.0.fetch_add(1, Ordering::Relaxed);
                 counts.1.fetch_add(jobs.len() as u64, Ordering::Relaxed);
-                run(&model, jobs);
+                pool.install(|| run(&model, jobs));
                 next = leftover;
             }
         })?;
