@@ -103,8 +103,8 @@ enum Command {
         /// Which text to index per tool.
         #[arg(long, value_enum, default_value = "full")]
         text_form: toolmux::eval::TextForm,
-        /// The encoder's arithmetic, as `optimizer.precision`: f32 or int8.
-        #[arg(long, default_value = "f32", value_parser = parse_precision)]
+        /// The encoder's arithmetic, as `optimizer.precision`: auto (the gateway's default), f32 or int8.
+        #[arg(long, default_value = "auto", value_parser = parse_precision)]
         precision: toolmux::config::Precision,
     },
     /// How often find_tool's match verdict is right: answerable, no-fit and translated queries.
@@ -469,9 +469,10 @@ fn connect(
 
 fn parse_precision(s: &str) -> Result<toolmux::config::Precision, String> {
     match s {
+        "auto" => Ok(toolmux::config::Precision::default()),
         "f32" => Ok(toolmux::config::Precision::F32),
         "int8" => Ok(toolmux::config::Precision::Int8),
-        other => Err(format!("`{other}` is not f32 or int8")),
+        other => Err(format!("`{other}` is not auto, f32 or int8")),
     }
 }
 

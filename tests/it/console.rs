@@ -37,10 +37,13 @@ impl Driver {
         let driver = on_path(&["chromedriver"])
             .expect("chromedriver is not installed: run scripts/chromium.sh (Debian's chromium and chromium-driver)");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        // In a process group of its own, with the browsers it starts: ended together, even when
+        // the test fails before it closes its browser.
         let child = tokio::process::Command::new(driver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("chromedriver starts");
@@ -74,6 +77,10 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) with a negative pid signals that process group; no memory involved.
+            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+        }
         let _ = self.child.start_kill();
     }
 }
