@@ -254,12 +254,22 @@ async fn excluded(gw: &Gateway, snap: &Snapshot, found: &Found) -> Vec<Value> {
         .collect()
 }
 
+/// The first line of `text`, clipped to [`PREVIEW_CHARS`].
 fn first_line(text: &str) -> String {
-    let line = text.trim().lines().next().unwrap_or_default();
-    if line.chars().count() <= PREVIEW_CHARS {
-        return line.to_string();
+    clip(text.trim().lines().next().unwrap_or_default())
+}
+
+/// `text` with its whitespace runs made single spaces, clipped to [`PREVIEW_CHARS`].
+fn preview(text: &str) -> String {
+    clip(&text.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// `text` whole if it fits in [`PREVIEW_CHARS`], else cut with an ellipsis.
+fn clip(text: &str) -> String {
+    if text.chars().count() <= PREVIEW_CHARS {
+        return text.to_string();
     }
-    let cut: String = line.chars().take(PREVIEW_CHARS - 1).collect();
+    let cut: String = text.chars().take(PREVIEW_CHARS - 1).collect();
     format!("{cut}…")
 }
 
@@ -345,15 +355,6 @@ pub fn tools(gw: &Gateway, caller: &Caller) -> Value {
         out["held"] = json!(integrity.held.len());
     }
     out
-}
-
-fn preview(text: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= PREVIEW_CHARS {
-        return flat;
-    }
-    let cut: String = flat.chars().take(PREVIEW_CHARS - 1).collect();
-    format!("{cut}…")
 }
 
 /// A line diff of two tool definitions as pretty JSON: `[op, line]` with op ` `, `-` (served,

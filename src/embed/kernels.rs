@@ -231,11 +231,11 @@ impl QWeights {
     /// Quantises `w`, stored `(cols, inner)` row-major (PyTorch's `(out, in)`), in the layout
     /// of the fastest kernel this CPU runs.
     pub fn new(w: &[f32], cols: usize, inner: usize) -> Self {
-        let mut q = Self::rows(w, cols, inner);
+        let q = Self::rows(w, cols, inner);
         #[cfg(target_arch = "x86_64")]
         if crate::simd::vnni512::available() {
-            q.packed = Some(crate::simd::vnni512::Packed::new(&q.codes, &q.scales, cols, inner));
-            q.codes = Vec::new();
+            let packed = crate::simd::vnni512::Packed::new(&q.codes, &q.scales, cols, inner);
+            return Self { codes: Vec::new(), packed: Some(packed), ..q };
         }
         q
     }

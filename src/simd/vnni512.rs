@@ -86,29 +86,18 @@ pub struct Activations {
 
 impl Activations {
     /// Quantises `rows × inner` values of `x`, block by block, as [`super::quantize_into`] does
-    /// (the same codes: scale `127 / max |x|`, rounded half to even), offset by 128.
+    /// (the same codes: scale `127 / max |x|`, rounded half to even), offset by 128. Only for a
+    /// CPU that runs [`gemm`] (the packed weights exist only there).
     pub fn quantize(x: &[f32], rows: usize, inner: usize) -> Self {
+        assert!(available(), "AVX-512 VNNI activations on a CPU without it");
+        assert!(x.len() >= rows * inner, "x holds rows × inner values");
         let blocks = inner.div_ceil(BLOCK);
         let stride = blocks * BLOCK;
         let mut codes = vec![0x80u8; rows * stride];
         let mut scales = vec![0f32; rows * blocks];
-        assert!(x.len() >= rows * inner);
-        if available() {
-            // SAFETY: the CPU has just been found to support AVX-512F, BW and VNNI; the sizes
-            // were made for `rows`, `inner` and `blocks` just above.
-            unsafe { quantize_avx512(x, rows, inner, &mut codes, &mut scales) };
-        } else {
-            let mut tmp = [0i8; BLOCK];
-            for (r, row) in x.chunks_exact(inner.max(1)).take(rows).enumerate() {
-                for (b, block) in row.chunks(BLOCK).enumerate() {
-                    let t = &mut tmp[..block.len()];
-                    scales[r * blocks + b] = super::quantize_into(block, t);
-                    for (o, &c) in codes[r * stride + b * BLOCK..].iter_mut().zip(t.iter()) {
-                        *o = (c as u8) ^ 0x80;
-                    }
-                }
-            }
-        }
+        // SAFETY: the CPU supports AVX-512F, BW and VNNI (asserted above); the sizes were made
+        // for `rows`, `inner` and `blocks` just above.
+        unsafe { quantize_avx512(x, rows, inner, &mut codes, &mut scales) };
         Self { codes, scales, stride }
     }
 }
