@@ -233,3 +233,28 @@ fn sse_is_a_transport_for_url_backends() {
     let err = Config::parse("[[backends]]\nname = \"a\"\ncommand = \"x\"\ntransport = \"sse\"\n").unwrap_err();
     assert!(err.problems.iter().any(|p| p.key == "backends[0].transport"), "{err}");
 }
+
+#[test]
+fn precision_defaults_to_what_this_cpu_runs_best_and_names_its_key() {
+    let auto = Config::parse("").unwrap().optimizer.precision;
+    assert_eq!(auto, Config::parse("[optimizer]\nprecision = \"auto\"\n").unwrap().optimizer.precision);
+    // int8 exactly where the packed AVX-512 VNNI kernel runs.
+    #[cfg(target_arch = "x86_64")]
+    let expected = if crate::simd::vnni512::available() { Precision::Int8 } else { Precision::F32 };
+    #[cfg(not(target_arch = "x86_64"))]
+    let expected = Precision::F32;
+    assert_eq!(auto, expected);
+    assert_eq!(Config::parse("[optimizer]\nprecision = \"f32\"\n").unwrap().optimizer.precision, Precision::F32);
+    assert_eq!(Config::parse("[optimizer]\nprecision = \"int8\"\n").unwrap().optimizer.precision, Precision::Int8);
+    let err = Config::parse("[optimizer]\nprecision = \"fp16\"\n").unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "optimizer.precision" && p.message.contains("auto")), "{err}");
+}
+
+#[test]
+fn the_console_is_on_by_default_and_keeps_its_path() {
+    assert!(Config::parse("").unwrap().server.console);
+    assert!(!Config::parse("[server]\nconsole = false\n").unwrap().server.console);
+    let err = Config::parse("[server]\npath = \"/ui\"\n").unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "server.path" && p.message.contains("console")), "{err}");
+    assert_eq!(Config::parse("[server]\npath = \"/ui\"\nconsole = false\n").unwrap().server.path, "/ui");
+}
