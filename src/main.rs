@@ -223,20 +223,18 @@ enum ToolsAction {
     },
 }
 
-/// The ledger file a configuration names, or an error saying which key to set.
-/// The replicas' shared ledger (`[sessions] store = "redis"`) and its store; `None` without one.
-async fn shared_ledger_store(
-    file: &std::path::Path,
-) -> anyhow::Result<Option<(toolmux::catalog::ledger::Ledger, Arc<toolmux::session::shared::SharedSessions>)>> {
+/// The replicas' session store (`[sessions] store = "redis"`), which holds their shared ledger;
+/// `None` without one.
+fn shared_store(file: &std::path::Path) -> anyhow::Result<Option<Arc<toolmux::session::shared::SharedSessions>>> {
     let c = Config::load(file)?;
     let toolmux::config::SessionStore::Redis(redis) = &c.sessions.store else { return Ok(None) };
-    let store = toolmux::session::shared::SharedSessions::new(redis, c.server.limits.session_idle_timeout)?;
-    let (accepted, held) = store.ledger_fields().await.map_err(|e| anyhow::anyhow!("the session store: {}", e.0))?;
-    Ok(Some((toolmux::catalog::ledger::Ledger::from_fields(&accepted, &held), store)))
+    Ok(Some(toolmux::session::shared::SharedSessions::new(redis, c.server.limits.session_idle_timeout)?))
 }
 
 async fn shared_ledger(file: &std::path::Path) -> anyhow::Result<Option<toolmux::catalog::ledger::Ledger>> {
-    Ok(shared_ledger_store(file).await?.map(|(l, _)| l))
+    let Some(store) = shared_store(file)? else { return Ok(None) };
+    let (accepted, held) = store.ledger_fields().await.map_err(|e| anyhow::anyhow!("the session store: {}", e.0))?;
+    Ok(Some(toolmux::catalog::ledger::Ledger::from_fields(&accepted, &held)))
 }
 
 /// Accepts held versions in the replicas' shared ledger; none without one.
@@ -245,16 +243,11 @@ async fn accept_shared(
     backend: Option<&str>,
     tool: Option<&str>,
 ) -> anyhow::Result<Vec<(String, String)>> {
-    let Some((before, store)) = shared_ledger_store(file).await? else { return Ok(Vec::new()) };
-    let mut after = before.clone();
-    let done = after.accept(backend, tool);
-    store
-        .ledger_write(&after.writes_since(&before))
-        .await
-        .map_err(|e| anyhow::anyhow!("the session store: {}", e.0))?;
-    Ok(done)
+    let Some(store) = shared_store(file)? else { return Ok(Vec::new()) };
+    store.accept_held(backend, tool).await.map_err(|e| anyhow::anyhow!("the session store: {}", e.0))
 }
 
+/// The ledger file a configuration names, or an error saying which key to set.
 fn ledger_path(file: &std::path::Path) -> anyhow::Result<PathBuf> {
     let c = Config::load(file)?;
     c.health

@@ -58,11 +58,9 @@ pub fn overview(gw: &Gateway, caller: &Caller) -> Value {
     let mut status = gw.status_for(caller);
     if !admin {
         // Only the backends this caller may use: the others are catalog details.
-        let policy = gw.policy();
+        let shown = shown_backends(gw, caller);
         if let Some(backends) = status["backends"].as_array_mut() {
-            backends.retain(|b| {
-                b["name"].as_str().is_some_and(|name| !matches!(policy.backend(caller, name), Access::Nothing))
-            });
+            backends.retain(|b| b["name"].as_str().is_some_and(&shown));
         }
     }
     json!({
@@ -70,6 +68,13 @@ pub fn overview(gw: &Gateway, caller: &Caller) -> Value {
         "status": status,
         "principals": principals,
     })
+}
+
+/// Whether a backend is shown to `caller` who is not an admin: one their policy lets them use.
+fn shown_backends(gw: &Gateway, caller: &Caller) -> impl Fn(&str) -> bool {
+    let policy = gw.policy();
+    let caller = caller.without_token();
+    move |name| !matches!(policy.backend(&caller, name), Access::Nothing)
 }
 
 #[derive(Default)]
@@ -288,11 +293,9 @@ pub fn tools(gw: &Gateway, caller: &Caller) -> Value {
         .map(|e| (e.backend.as_str(), e.tool.as_str()))
         .collect();
     let mut by_backend: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for backend in gw.upstream.backends().iter() {
-        let visible = admin || !matches!(gw.policy().backend(caller, backend.name()), Access::Nothing);
-        if visible {
-            by_backend.entry(backend.name().to_string()).or_default();
-        }
+    let shown = shown_backends(gw, caller);
+    for backend in gw.upstream.backends().iter().filter(|b| admin || shown(b.name())) {
+        by_backend.entry(backend.name().to_string()).or_default();
     }
     let slots: Vec<u32> = if admin {
         (0..generation.catalog.len() as u32).collect()
@@ -382,15 +385,8 @@ pub async fn accept(gw: &Gateway, caller: &Caller, backend: &str, tool: Option<&
         return Err(Refused::Forbidden("only admins may accept held tool changes"));
     }
     if let Some(shared) = gw.shared_sessions() {
-        let (accepted, held) = shared
-            .ledger_fields()
-            .await
-            .map_err(|e| Refused::Invalid(format!("the session store did not answer: {}", e.0)))?;
-        let before = crate::catalog::ledger::Ledger::from_fields(&accepted, &held);
-        let mut after = before.clone();
-        after.accept(Some(backend), tool);
         shared
-            .ledger_write(&after.writes_since(&before))
+            .accept_held(Some(backend), tool)
             .await
             .map_err(|e| Refused::Invalid(format!("the session store did not answer: {}", e.0)))?;
     }

@@ -401,8 +401,6 @@ impl Edge {
     }
 }
 
-/// Ends here, every [`SharedSessions::refresh_every`], the held sessions that a `DELETE` on
-/// another replica ended, whether or not they are in use: the bound docs/operations.md states.
 /// Hands the memory of ended sessions back to the system. glibc's allocator keeps freed pages
 /// for reuse, so a gateway that once held many sessions kept their peak for good. The live
 /// count is sampled every second and every fall is added up (a wave that comes and goes between
@@ -448,6 +446,8 @@ fn trim() -> bool {
     false
 }
 
+/// Ends here, every [`SharedSessions::refresh_every`], the held sessions that a `DELETE` on
+/// another replica ended, whether or not they are in use: the bound docs/operations.md states.
 async fn sweep_ended(edge: Arc<Edge>, shared: Arc<SharedSessions>, ct: CancellationToken) {
     let mut tick = tokio::time::interval(shared.refresh_every());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -732,6 +732,22 @@ impl SharedSessions {
         self.run::<()>(&pipe).await
     }
 
+    /// Accepts held versions in the shared ledger (all, one backend's, or one tool of it), as
+    /// `toolmux tools accept` and the console do; every replica then serves them. Returns what
+    /// was accepted, as (backend, tool).
+    pub async fn accept_held(
+        &self,
+        backend: Option<&str>,
+        tool: Option<&str>,
+    ) -> Result<Vec<(String, String)>, Unreachable> {
+        let (accepted, held) = self.ledger_fields().await?;
+        let before = crate::catalog::ledger::Ledger::from_fields(&accepted, &held);
+        let mut after = before.clone();
+        let done = after.accept(backend, tool);
+        self.ledger_write(&after.writes_since(&before)).await?;
+        Ok(done)
+    }
+
     /// The key every replica hashes principals under for find_tool's learning: `mine` if no
     /// replica set one first.
     pub async fn learned_salt(&self, mine: u64) -> Result<u64, Unreachable> {

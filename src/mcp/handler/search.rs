@@ -65,9 +65,7 @@ impl GatewayHandler {
             Ok(found) => found,
             Err(refused) => return refused,
         };
-        if found.result.busy.is_none() {
-            self.gw.metrics.find_tool(&found.result);
-        }
+        self.gw.metrics.find_tool(&found.result);
         // A call that follows may teach the ranking (`store::learned`).
         if let (Some(session), Some(vector)) = (self.session.get(), &found.result.vector)
             && self.gw.store.learned().is_some_and(|l| l.is_enabled())
@@ -81,8 +79,9 @@ impl GatewayHandler {
     }
 
     /// find_tool's search over `snap`, with everything its answer says, or the `isError` answer
-    /// for a request it refuses (bad arguments, too long, the model busy). Counts and learns
-    /// nothing: [`GatewayHandler::find_tool`] does that for agents' requests.
+    /// for a request it refuses (bad arguments, too long, the model busy: counted, since the
+    /// model's queue is shared). Counts no search and learns nothing:
+    /// [`GatewayHandler::find_tool`] does that for agents' requests.
     pub async fn search(
         &self,
         args: Option<&rmcp::model::JsonObject>,
