@@ -144,7 +144,7 @@ fn main() {
         for (slot, t) in generation.catalog.tools().iter().enumerate().take(toolmux::store::learned::MAX_TOOLS) {
             // Two principals each: enough for a learned vector to count.
             for principal in ["a", "b"] {
-                learned.record(dense.vector(slot as u32), &t.key, principal);
+                learned.record(&dense.vector(slot as u32), &t.key, principal);
             }
         }
         assert!(learned.active());

@@ -1,8 +1,11 @@
 //! Search benchmarks: query and batch embedding, dense search by catalog size and allow-list
 //! share (exact, HNSW, and the plan find_tool uses), and snapshot builds. find_tool end to end
 //! is `benches/find_tool.rs`.
-//! Before timing, each catalog's HNSW recall@10 against the exact scan is checked (≥ 0.99), and
-//! the snapshot memory target is checked. Process memory is `benches/footprint.rs`'s business.
+//! Before timing, each catalog's recall@10 against an exhaustive f32 scan is checked (≥ 0.99) for
+//! both paths (the exhaustive search on byte codes and half-precision copies, and HNSW), the
+//! memory of the tool vectors is printed beside what f32 vectors took, and the snapshot memory
+//! target is checked. `f32_scan` times the f32 scan the index ran before it kept compact vectors,
+//! so the two are compared in one run. Process memory is `benches/footprint.rs`'s business.
 
 mod support;
 
@@ -15,8 +18,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use toolmux::catalog::{CatalogTool, ToolKey};
 use toolmux::embed::Embedder;
-use toolmux::index::AllowList;
-use toolmux::index::dense::DenseIndex;
+use toolmux::index::dense::{DenseIndex, dot};
+use toolmux::index::{AllowList, Hit};
 use toolmux::session::{AllowAll, Caller, scope};
 
 use support::*;
@@ -24,13 +27,29 @@ use support::*;
 const SIZES: [usize; 3] = [1_000, 10_000, 100_000];
 const SHARES: [f64; 3] = [0.01, 0.10, 1.00];
 
-fn recall_at_10(idx: &DenseIndex, queries: &[Vec<f32>]) -> f64 {
-    let all = AllowList::all(idx.len());
+/// The exhaustive f32 scan: the ground truth, and what the index ran before it kept compact
+/// vectors (every allowed vector's dot product, then the best `k`).
+fn f32_scan(data: &[f32], query: &[f32], allow: &AllowList, k: usize) -> Vec<Hit> {
+    let mut hits: Vec<Hit> = allow
+        .iter()
+        .map(|slot| Hit { slot, score: dot(query, &data[slot as usize * DIM..(slot as usize + 1) * DIM]) })
+        .collect();
+    let best_first = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.slot.cmp(&b.slot));
+    if hits.len() > k {
+        hits.select_nth_unstable_by(k, best_first);
+        hits.truncate(k);
+    }
+    hits.sort_by(best_first);
+    hits
+}
+
+/// Share of the f32 scan's top 10 that `search` finds, over `queries`.
+fn recall_at_10(data: &[f32], queries: &[Vec<f32>], search: impl Fn(&[f32]) -> Vec<Hit>) -> f64 {
+    let all = AllowList::all(data.len() / DIM);
     let mut hit = 0usize;
     for q in queries {
-        let exact: std::collections::HashSet<_> = idx.exact(q, &all, 10).iter().map(|h| h.slot).collect();
-        let graph = idx.graph_only(q, 10).expect("graph built");
-        hit += graph.iter().filter(|h| exact.contains(&h.slot)).count();
+        let truth: std::collections::HashSet<_> = f32_scan(data, q, &all, 10).iter().map(|h| h.slot).collect();
+        hit += search(q).iter().filter(|h| truth.contains(&h.slot)).count();
     }
     hit as f64 / (queries.len() * 10) as f64
 }
@@ -95,13 +114,28 @@ fn benches(c: &mut Criterion) {
     for &size in &SIZES {
         let data = synthetic(&real, size, 7);
         let started = std::time::Instant::now();
-        let idx = DenseIndex::build(DIM, data, 0);
-        let recall = recall_at_10(&idx, &queries);
+        let idx = DenseIndex::build(DIM, data.clone(), 0);
+        let built = started.elapsed().as_secs_f64();
+        let all = AllowList::all(size);
+        let exact = recall_at_10(&data, &queries, |q| idx.exact(q, &all, 10));
+        let graph = recall_at_10(&data, &queries, |q| idx.graph_only(q, 10).expect("graph built"));
         eprintln!(
-            "N {size}: graph built in {:.1} s, HNSW recall@10 vs exact {recall:.4}",
-            started.elapsed().as_secs_f64()
+            "N {size}: graph built in {built:.1} s; recall@10 vs the f32 scan: exhaustive {exact:.4}, HNSW {graph:.4}"
         );
-        assert!(recall >= 0.99, "HNSW recall@10 {recall} < 0.99 at N {size}");
+        assert!(exact >= 0.99 && graph >= 0.99, "recall@10 {exact} / {graph} < 0.99 at N {size}");
+        // Before: f32 vectors, and beside a graph its own byte codes and scales.
+        let graph_bytes = idx.heap_bytes() - idx.vectors_heap_bytes();
+        let before = data.len() * 4 + if idx.has_graph() { size * (DIM + 4) + graph_bytes } else { 0 };
+        let per_10k = |bytes: usize| bytes as f64 / size as f64 * 1e4 / 1e6;
+        eprintln!(
+            "N {size}: dense index {:.1} MB (vectors {:.1} + graph {:.1}), before {:.1} MB; per 10k tools {:.1} MB, before {:.1} MB",
+            idx.heap_bytes() as f64 / 1e6,
+            idx.vectors_heap_bytes() as f64 / 1e6,
+            graph_bytes as f64 / 1e6,
+            before as f64 / 1e6,
+            per_10k(idx.heap_bytes()),
+            per_10k(before),
+        );
         if idx.has_graph() {
             ratio_to_exact(&idx, &queries);
         }
@@ -114,6 +148,9 @@ fn benches(c: &mut Criterion) {
                 qi = (qi + 1) % queries.len();
                 &queries[qi]
             };
+            g.bench_function(BenchmarkId::new("f32_scan", &label), |b| {
+                b.iter(|| black_box(f32_scan(&data, next(), &allow, 8)))
+            });
             g.bench_function(BenchmarkId::new("exact", &label), |b| b.iter(|| black_box(idx.exact(next(), &allow, 8))));
             g.bench_function(BenchmarkId::new("plan", &label), |b| b.iter(|| black_box(idx.search(next(), &allow, 8))));
             if share == 1.0 {

@@ -108,7 +108,7 @@ fn overlaps(own: &Generation, other: &Generation, q: &EvalQuery) -> bool {
     let (Some(a), Some(b)) = (&own.dense, &other.dense) else { return true };
     q.gold.iter().filter_map(|g| own.catalog.tools().iter().position(|t| t.name() == g)).any(|slot| {
         let v = a.vector(slot as u32);
-        (0..b.len() as u32).any(|t| crate::index::dense::dot(v, b.vector(t)) >= NO_FIT_OVERLAP)
+        (0..b.len() as u32).any(|t| b.similarity(&v, t) >= NO_FIT_OVERLAP)
     })
 }
 

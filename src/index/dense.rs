@@ -1,6 +1,7 @@
-//! The dense arm: unit vectors in one contiguous buffer, an exact scan over allowed slots, and an
-//! HNSW graph ([`super::graph`]) for catalogs large enough to need one. [`DenseIndex::search`]
-//! picks the path per query and reports which one ran.
+//! The dense arm: the tool vectors ([`super::vectors`]: byte codes and half-precision copies), an
+//! exhaustive search of the allowed slots, and an HNSW graph ([`super::graph`]) for catalogs
+//! large enough to need one. [`DenseIndex::search`] picks the path per query and reports which
+//! one ran.
 //!
 //! hnsw_rs's own dot distance asserts `1 - dot >= 0`, which f32 rounding breaks for a vector and
 //! itself (duplicate tool texts), so the graph is built with [`ClampedDot`].
@@ -8,7 +9,8 @@
 use hnsw_rs::anndists::dist::Distance;
 
 use super::graph::Graph;
-use super::{AllowList, Hit, Slot, top_k};
+use super::vectors::Vectors;
+use super::{AllowList, Hit, Slot};
 use crate::simd::widest;
 
 /// Below this many vectors no graph is built: the exact scan is as fast (docs/performance.md).
@@ -65,40 +67,15 @@ fn dot_body(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
-widest! {
-    /// Scores of the allowed slots of slot-major `data` against `query`.
-    fn scan(data: &[f32], dim: usize, query: &[f32], allow: &AllowList) -> Vec<Hit> {
-        let len = data.len() / dim;
-        if allow.count() * 4 >= len {
-            // Dense allow-list: walk the buffer in order (prefetch-friendly), test the bit.
-            data.chunks_exact(dim)
-                .zip(0..)
-                .filter(|(_, s)| allow.contains(*s))
-                .map(|(v, slot)| Hit { slot, score: dot_body(query, v) })
-                .collect()
-        } else {
-            allow
-                .iter()
-                .map(|slot| {
-                    let at = slot as usize * dim;
-                    Hit { slot, score: dot_body(query, &data[at..at + dim]) }
-                })
-                .collect()
-        }
-    }
-}
-
 pub struct DenseIndex {
-    dim: usize,
-    /// `len * dim` floats, slot-major.
-    data: Vec<f32>,
+    vectors: Vectors,
     graph: Option<Graph>,
 }
 
 impl std::fmt::Debug for DenseIndex {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DenseIndex")
-            .field("dim", &self.dim)
+            .field("dim", &self.dim())
             .field("len", &self.len())
             .field("graph", &self.graph.is_some())
             .finish()
@@ -107,32 +84,38 @@ impl std::fmt::Debug for DenseIndex {
 
 impl DenseIndex {
     /// Takes slot-major unit vectors; builds a graph when there are at least `graph_min` of them.
+    /// The f32 vectors are not kept: searches read [`Vectors`]' two compact forms.
     pub fn build(dim: usize, data: Vec<f32>, graph_min: usize) -> Self {
         assert!(dim > 0 && data.len().is_multiple_of(dim), "vectors must be {dim}-dimensional");
         let len = data.len() / dim;
         let graph = (len >= graph_min && len > 0).then(|| Graph::build(dim, &data, HNSW_M, HNSW_EF_CONSTRUCTION));
-        Self { dim, data, graph }
+        Self { vectors: Vectors::new(dim, &data), graph }
     }
 
     pub fn len(&self) -> usize {
-        self.data.len() / self.dim
+        self.vectors.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+        self.vectors.is_empty()
     }
 
     pub fn dim(&self) -> usize {
-        self.dim
+        self.vectors.dim()
     }
 
     pub fn has_graph(&self) -> bool {
         self.graph.is_some()
     }
 
-    pub fn vector(&self, slot: Slot) -> &[f32] {
-        let s = slot as usize * self.dim;
-        &self.data[s..s + self.dim]
+    /// One tool's vector (from its half-precision copy).
+    pub fn vector(&self, slot: Slot) -> Vec<f32> {
+        self.vectors.vector(slot)
+    }
+
+    /// Cosine of `query` (a unit vector) and one tool's vector.
+    pub fn similarity(&self, query: &[f32], slot: Slot) -> f32 {
+        self.vectors.similarity(query, slot)
     }
 
     /// The `k` allowed slots nearest to `query` (a unit vector), by cosine, best first.
@@ -140,7 +123,7 @@ impl DenseIndex {
         match &self.graph {
             Some(g) if allow.count() > EXACT_MAX_ALLOWED => {
                 let filter = (allow.count() < self.len()).then_some(allow);
-                let hits = g.search(&self.data, query, k, HNSW_EF_SEARCH, filter);
+                let hits = g.search(&self.vectors, query, k, HNSW_EF_SEARCH, filter);
                 if hits.len() >= k.min(allow.count()) {
                     (hits, Plan::Graph)
                 } else {
@@ -151,21 +134,32 @@ impl DenseIndex {
         }
     }
 
-    /// Exact scan of the allowed slots.
+    /// Exhaustive search of the allowed slots: every one scored on its codes, the best few
+    /// scored again on their half-precision copies ([`Vectors::refine`]). A few allowed slots are
+    /// scored on their copies straight away.
     pub fn exact(&self, query: &[f32], allow: &AllowList, k: usize) -> Vec<Hit> {
         if k == 0 || allow.is_empty() {
             return Vec::new();
         }
-        top_k(scan(&self.data, self.dim, query, allow), k)
+        if allow.count() <= Vectors::shortlist(k) {
+            return self.vectors.rescore(query, allow.iter(), k);
+        }
+        let first = self.vectors.approx_all(&self.vectors.probe(query), allow.iter());
+        self.vectors.refine(query, first, k)
     }
 
     /// Graph search with no allow-list, for recall checks against [`Self::exact`].
     pub fn graph_only(&self, query: &[f32], k: usize) -> Option<Vec<Hit>> {
-        Some(self.graph.as_ref()?.search(&self.data, query, k, HNSW_EF_SEARCH, None))
+        Some(self.graph.as_ref()?.search(&self.vectors, query, k, HNSW_EF_SEARCH, None))
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.data.len() * 4 + self.graph.as_ref().map_or(0, Graph::heap_bytes)
+        self.vectors_heap_bytes() + self.graph.as_ref().map_or(0, Graph::heap_bytes)
+    }
+
+    /// The vectors' share of [`Self::heap_bytes`] (the rest is the graph).
+    pub fn vectors_heap_bytes(&self) -> usize {
+        self.vectors.heap_bytes()
     }
 }
 

@@ -2,10 +2,10 @@
 //! plain arrays of slot ids and hnsw_rs's structure is dropped, and queries walk the arrays here:
 //! no locks, no reference counts, a reusable visited set.
 //!
-//! The walk scores nodes on 8-bit copies of the vectors (a quarter of the memory traffic of f32,
-//! which is what a walk over random nodes waits on), fetching a node's neighbours ahead of
-//! scoring them; then its best `8·k` (at least 64) are scored again exactly on the f32 vectors of
-//! [`super::dense`], so the order returned is exact. On the same graph this search returned the
+//! The walk scores nodes on the vectors' byte codes ([`super::vectors`]: a quarter of the memory
+//! traffic of f32, which is what a walk over random nodes waits on), fetching a node's neighbours
+//! ahead of scoring them; then its best `8·k` (at least 64) are scored again on the
+//! half-precision copies, so the order returned is the vectors' own. On the same graph this search returned the
 //! same neighbours as hnsw_rs's own in a fraction of the time (docs/performance.md).
 //!
 //! The search is the usual one: greedy descent through the upper layers, then a beam of width
@@ -18,22 +18,14 @@ use std::collections::{BinaryHeap, HashMap};
 
 use hnsw_rs::hnsw::Hnsw;
 
-use super::dense::{ClampedDot, dot};
+use super::dense::ClampedDot;
+use super::vectors::Vectors;
 use super::{AllowList, Hit, Slot};
-use crate::simd::{idot, quantize};
 
 /// No neighbour, in a fixed-width row of layer 0.
 const NONE: Slot = Slot::MAX;
-/// How many of the walk's best, per result wanted (and at least), are scored again exactly.
-const RESCORE: usize = 8;
-const RESCORE_MIN: usize = 64;
 
 pub struct Graph {
-    dim: usize,
-    /// Each vector as `dim` signed bytes, scaled by its own largest component.
-    codes: Vec<i8>,
-    /// Per vector: the factor that turns a product of codes back into a dot product share.
-    scales: Vec<f32>,
     entry: Slot,
     /// Layer 0: `width` neighbour slots per node, `NONE`-padded.
     width: usize,
@@ -99,12 +91,11 @@ impl Graph {
         let hnsw = Hnsw::new(m, len, 16, ef_construction, ClampedDot);
         let items: Vec<(&[f32], usize)> = data.chunks_exact(dim).zip(0..).collect();
         hnsw.parallel_insert_slice(&items);
-        Self::flatten(&hnsw, dim, data, m)
+        Self::flatten(&hnsw, len, m)
     }
 
-    /// Copies the layers of an hnsw_rs graph built over `data` with `m` neighbours a layer.
-    fn flatten(hnsw: &Hnsw<'_, f32, ClampedDot>, dim: usize, data: &[f32], m: usize) -> Self {
-        let len = data.len() / dim;
+    /// Copies the layers of an hnsw_rs graph over `len` vectors with `m` neighbours a layer.
+    fn flatten(hnsw: &Hnsw<'_, f32, ClampedDot>, len: usize, m: usize) -> Self {
         let width = 2 * m;
         let mut bottom = vec![NONE; len * width];
         let mut upper: Vec<HashMap<Slot, Vec<Slot>>> = Vec::new();
@@ -128,27 +119,18 @@ impl Graph {
                 }
             }
         }
-        let (codes, scales): (Vec<Vec<i8>>, Vec<f32>) = data.chunks_exact(dim).map(quantize).unzip();
-        Self { dim, codes: codes.concat(), scales, entry: entry.0, width, bottom, upper }
-    }
-
-    fn vector<'a>(&self, data: &'a [f32], s: Slot) -> &'a [f32] {
-        &data[s as usize * self.dim..(s as usize + 1) * self.dim]
-    }
-
-    fn code(&self, s: Slot) -> &[i8] {
-        &self.codes[s as usize * self.dim..(s as usize + 1) * self.dim]
+        Self { entry: entry.0, width, bottom, upper }
     }
 
     /// The `k` most similar allowed nodes to `query` (`None`: all allowed), best first, with a
-    /// beam of `ef` (at least `k`) on layer 0. `data` is the buffer the graph was built over.
-    pub fn search(&self, data: &[f32], query: &[f32], k: usize, ef: usize, allow: Option<&AllowList>) -> Vec<Hit> {
-        let len = data.len() / self.dim;
+    /// beam of `ef` (at least `k`) on layer 0. `vectors` are those the graph was built over.
+    pub fn search(&self, vectors: &Vectors, query: &[f32], k: usize, ef: usize, allow: Option<&AllowList>) -> Vec<Hit> {
+        let len = vectors.len();
         if len == 0 || k == 0 {
             return Vec::new();
         }
-        let (q, q_scale) = quantize(query);
-        let score = |s: Slot| idot(&q, self.code(s)) as f32 * q_scale * self.scales[s as usize];
+        let probe = vectors.probe(query);
+        let score = |s: Slot| vectors.approx(&probe, s);
         // Greedy descent to layer 1.
         let mut at = Scored(score(self.entry), self.entry);
         for layer in self.upper.iter().rev() {
@@ -181,7 +163,7 @@ impl Graph {
                 // Ask for every neighbour's code before scoring the first: the walk waits on
                 // memory, and overlapping the fetches is most of its speed.
                 for &n in row.iter().take_while(|&&n| n != NONE) {
-                    prefetch(self.code(n));
+                    prefetch(vectors.code(n));
                 }
                 for &n in row.iter().take_while(|&&n| n != NONE) {
                     if !visited.first(n) {
@@ -199,18 +181,14 @@ impl Graph {
                     }
                 }
             }
-            // The walk's scores are approximate: score its best few exactly, then rank.
-            let mut kept: Vec<Scored> = best.into_iter().map(|r| r.0).collect();
-            kept.sort_unstable_by(|a, b| b.cmp(a));
-            kept.truncate((k * RESCORE).max(RESCORE_MIN));
-            let hits = kept.iter().map(|s| Hit { slot: s.1, score: dot(query, self.vector(data, s.1)) }).collect();
-            super::top_k(hits, k)
+            // The walk's scores are approximate: its best few are scored again, then ranked.
+            vectors.refine(query, best.into_iter().map(|r| Hit { slot: r.0.1, score: r.0.0 }).collect(), k)
         })
     }
 
     pub fn heap_bytes(&self) -> usize {
         let upper: usize = self.upper.iter().flat_map(|l| l.values()).map(|v| v.len() * 4 + 48).sum();
-        self.codes.len() + self.scales.len() * 4 + self.bottom.len() * 4 + upper
+        self.bottom.len() * 4 + upper
     }
 }
 
@@ -238,17 +216,7 @@ fn prefetch(bytes: &[i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn byte_codes_keep_the_dot_product() {
-        let a: Vec<f32> = (0..384).map(|i| ((i * 37 % 101) as f32 - 50.0) / 400.0).collect();
-        let b: Vec<f32> = (0..384).map(|i| ((i * 53 % 97) as f32 - 48.0) / 380.0).collect();
-        let ((qa, sa), (qb, sb)) = (quantize(&a), quantize(&b));
-        let approx = idot(&qa, &qb) as f32 * sa * sb;
-        let exact = dot(&a, &b);
-        assert!((approx - exact).abs() < 0.01 * exact.abs().max(1.0), "{approx} vs {exact}");
-        assert_eq!(quantize(&[0.0; 4]), (vec![0; 4], 0.0));
-    }
+    use crate::index::dense::dot;
 
     #[test]
     fn a_filtered_walk_returns_only_allowed_nodes_and_finds_the_exact_ones() {
@@ -262,11 +230,12 @@ mod tests {
             data.extend(v);
         }
         let g = Graph::build(dim, &data, 16, 100);
+        let vectors = Vectors::new(dim, &data);
         let allow = AllowList::from_slots(n, (0..n as Slot).filter(|s| s % 2 == 0));
         let mut found = 0;
         for qi in 0..50 {
             let q = &data[qi * 7 * dim..(qi * 7 + 1) * dim];
-            let hits = g.search(&data, q, 10, 200, Some(&allow));
+            let hits = g.search(&vectors, q, 10, 200, Some(&allow));
             assert_eq!(hits.len(), 10);
             assert!(hits.iter().all(|h| allow.contains(h.slot)), "only allowed nodes");
             assert!(hits.windows(2).all(|w| w[0].score >= w[1].score), "best first");

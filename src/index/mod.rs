@@ -10,6 +10,7 @@ pub mod bm25;
 pub mod dense;
 pub mod fusion;
 pub mod graph;
+pub mod vectors;
 
 pub use allow::AllowList;
 

@@ -600,13 +600,8 @@ impl Store {
         }
         let hits = top_k(best.iter().map(|(&slot, p)| Hit { slot, score: p.total() }).collect(), n);
         let parts = hits.iter().map(|h| best[&h.slot]).collect();
-        let similarity: Vec<f32> = hits
-            .iter()
-            .map(|h| {
-                let v = dense.vector(h.slot);
-                vectors.iter().map(|q| crate::index::dense::dot(q, v)).fold(f32::MIN, f32::max)
-            })
-            .collect();
+        let similarity: Vec<f32> =
+            hits.iter().map(|h| vectors.iter().map(|q| dense.similarity(q, h.slot)).fold(f32::MIN, f32::max)).collect();
         let verdict = if mostly_non_latin(&query.description) {
             Verdict::None
         } else {
