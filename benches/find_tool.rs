@@ -10,9 +10,10 @@
 //!
 //! `cargo bench --bench find_tool -- concurrent`: instead, many callers at once over the
 //! 10,000-tool catalog, each asking new requests in turn (1, 8, 64 and 256 callers), with the
-//! model answering one request per encoder pass (as before batching) and batching the requests
-//! that wait together, side by side in one run: requests per second, p50 and p99, and how many
-//! were answered busy.
+//! model in f32 answering one request per encoder pass (the encoder as it was before batching
+//! and int8), in this machine's precision one request per pass, and batching the requests that
+//! wait together, side by side in one run: requests per second, p50 and p99, and how many were
+//! answered busy.
 
 mod support;
 
@@ -165,18 +166,20 @@ fn per_caller(callers: usize) -> usize {
 fn concurrent() {
     use toolmux::embed::worker::{Batching, ModelEmbedder};
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
-    let plain =
-        Arc::new(ModelEmbedder::start_with(&model_files(), Batching::none(), Default::default()).expect("model loads"));
-    let batched = Arc::new(
-        ModelEmbedder::start_with(&model_files(), Batching::default(), Default::default()).expect("model loads"),
-    );
+    let start = |batching, precision| {
+        Arc::new(ModelEmbedder::start_with(&model_files(), batching, precision).expect("model loads"))
+    };
+    let before = start(Batching::none(), toolmux::config::Precision::F32);
+    let plain = start(Batching::none(), Default::default());
+    let batched = start(Batching::default(), Default::default());
     let generation = Arc::new(generation(&rt, &batched, 10_000));
     let snap = Arc::new(scope(generation.clone(), &|_| true, &AllowAll, &Caller::anonymous()));
     println!("| callers | model | requests/s | p50 ms | p99 ms | busy |");
     println!("|---:|---|---:|---:|---:|---:|");
     let mut n = 0u64;
     for callers in [1usize, 8, 64, 256] {
-        for (label, m) in [("one request per pass", &plain), ("batched", &batched)] {
+        let models = [("f32, one request per pass", &before), ("one request per pass", &plain), ("batched", &batched)];
+        for (label, m) in models {
             let handler = Arc::new(toolmux::mcp::GatewayHandler::new(optimizer_gateway(Arc::new(Store::new(
                 Some(m.clone() as Arc<dyn Embedder>),
                 None,
