@@ -108,12 +108,17 @@ impl GatewayHandler {
     }
 
     /// Runs one MCP request's handling and counts it in the metrics by method and outcome.
-    async fn measured<T>(
-        &self,
+    ///
+    /// The handling is boxed: rmcp awaits a session's `initialize` inside the task that serves
+    /// the session for its whole life, and that task is as large as the largest request future
+    /// it could await there. Boxed, every handler method's future is a pointer and the context;
+    /// inline, an idle session carried the size of `tools/call` (docs/performance.md).
+    fn measured<'a, T: Send + 'a>(
+        &'a self,
         method: &'static str,
         context: &RequestContext<RoleServer>,
-        handling: impl std::future::Future<Output = Result<T, ErrorData>>,
-    ) -> Result<T, ErrorData> {
+        handling: impl std::future::Future<Output = Result<T, ErrorData>> + Send + 'a,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, ErrorData>> + Send + 'a>> {
         use tracing::Instrument;
         // Every request's own credential decides what it may do: the session takes its groups
         // and token before anything is looked up (over HTTP; stdio has one caller throughout).
@@ -125,18 +130,19 @@ impl GatewayHandler {
         let session = self.session.get().map(|s| s.id);
         let span = tracing::info_span!("mcp_request", method, session, tool = tracing::field::Empty);
         crate::telemetry::adopt(&span, context);
-        async move {
-            let at = std::time::Instant::now();
-            let result = handling.await;
-            self.gw.metrics.request(method, result.is_ok(), at.elapsed());
-            // Logged once, here, with the request's span fields.
-            if let Err(e) = &result {
-                tracing::info!(code = e.code.0, error = %e.message, "request answered with an error");
+        Box::pin(
+            async move {
+                let at = std::time::Instant::now();
+                let result = handling.await;
+                self.gw.metrics.request(method, result.is_ok(), at.elapsed());
+                // Logged once, here, with the request's span fields.
+                if let Err(e) = &result {
+                    tracing::info!(code = e.code.0, error = %e.message, "request answered with an error");
+                }
+                result
             }
-            result
-        }
-        .instrument(span)
-        .await
+            .instrument(span),
+        )
     }
 
     /// A tool error in optimizer mode; a JSON-RPC invalid-params error in passthrough mode.
