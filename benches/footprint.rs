@@ -58,7 +58,7 @@ fn measure_memory(cache_dir: &std::path::Path) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let m = model();
     let (tool_texts, query_texts) = texts();
-    let before_store = rss_mib();
+    let (before_store, load_peak) = (rss_mib(), peak_rss_mib());
     let cache = VectorCache::open(Some(cache_dir), m.model_id(), m.dim()).unwrap();
     let store = Arc::new(Store::new(Some(m.clone() as Arc<dyn Embedder>), Some(cache)));
     rt.block_on(store.rebuild(catalog_of(TOOLS)));
@@ -79,7 +79,7 @@ fn measure_memory(cache_dir: &std::path::Path) {
     let cold: Vec<String> = tool_texts.iter().rev().take(256).map(|t| format!("{t} (cold)")).collect();
     rt.block_on(m.embed(cold)).unwrap();
     let cold_peak = peak_rss_mib();
-    println!("{}", serde_json::json!([before_store, steady, steady_peak, cold_peak]));
+    println!("{}", serde_json::json!([before_store, load_peak, steady, steady_peak, cold_peak]));
 }
 
 fn main() {
@@ -116,7 +116,7 @@ fn main() {
         out.stdout.split(|&b| b == b'\n').rfind(|l| l.starts_with(b"[")).expect("the child's figures"),
     )
     .unwrap();
-    let [before_store, steady, steady_peak, cold_peak] = figures[..] else { panic!("figures: {figures:?}") };
+    let [before_store, load_peak, steady, steady_peak, cold_peak] = figures[..] else { panic!("figures: {figures:?}") };
     let snapshot = {
         let store = Store::new(None, None);
         let generation = rt.block_on(store.rebuild(catalog_of(TOOLS)));
@@ -144,7 +144,7 @@ fn main() {
     let with_model = median(&mut (0..3).map(|_| restart_once(true)).collect::<Vec<_>>());
 
     println!("\nfootprint (memory from a fresh process)");
-    println!("RSS with the model loaded                              {before_store:>8.0} MiB");
+    println!("RSS with the model loaded                              {before_store:>8.0} MiB (peak {load_peak:.0})");
     println!(
         "RSS with {TOOLS} tools, {SESSIONS} sessions, 50 find_tool calls  {steady:>8.0} MiB (peak {steady_peak:.0}; target ≤ 400)"
     );

@@ -11,11 +11,11 @@
 //! as many texts a second as sentence-transformers (docs/performance.md).
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Device, Layout, Shape, Tensor};
-use candle_nn::VarBuilder;
 use serde::Deserialize;
 
 use std::sync::Arc;
 
+use super::checkpoint::{Checkpoint, Scope};
 use super::kernels;
 use crate::config::Precision;
 
@@ -53,20 +53,18 @@ enum Weights {
 }
 
 impl Dense {
-    fn load(vb: VarBuilder, out: usize, inp: usize, precision: Precision) -> candle_core::Result<Self> {
-        Self::new(&vb.get((out, inp), "weight")?, vb.get(out, "bias")?, precision)
+    fn load(at: Scope, out: usize, inp: usize, precision: Precision) -> anyhow::Result<Self> {
+        Self::new(at.get("weight", &[out, inp])?, at.get("bias", &[out])?, inp, precision)
     }
 
-    fn new(weight: &Tensor, bias: Tensor, precision: Precision) -> candle_core::Result<Self> {
+    /// `weight` is `(out, inp)`, row-major (PyTorch's layout); `bias` has `out` values.
+    fn new(weight: Vec<f32>, bias: Vec<f32>, inp: usize, precision: Precision) -> anyhow::Result<Self> {
+        let out = bias.len();
         let weights = match precision {
-            Precision::F32 => Weights::F32(weight.t()?.contiguous()?),
-            Precision::Int8 => {
-                let (cols, inner) = weight.dims2()?;
-                let w = weight.flatten_all()?.to_vec1::<f32>()?;
-                Weights::Int8(Arc::new(kernels::QWeights::new(&w, cols, inner)))
-            }
+            Precision::F32 => Weights::F32(Tensor::from_vec(weight, (out, inp), &Device::Cpu)?.t()?.contiguous()?),
+            Precision::Int8 => Weights::Int8(Arc::new(kernels::QWeights::new(&weight, out, inp))),
         };
-        Ok(Self { weights, bias: Arc::new(bias.to_vec1::<f32>()?) })
+        Ok(Self { weights, bias: Arc::new(bias) })
     }
 
     /// `x Wᵀ + b` for `x` of shape `(tokens, in)`.
@@ -101,15 +99,15 @@ pub struct Encoder {
     max_positions: usize,
 }
 
-fn norm(vb: VarBuilder, size: usize) -> candle_core::Result<Norm> {
+fn norm(at: Scope, size: usize) -> anyhow::Result<Norm> {
     // Older checkpoints name the LayerNorm parameters gamma and beta.
-    let weight = vb.get(size, "weight").or_else(|_| vb.get(size, "gamma"))?;
-    let bias = vb.get(size, "bias").or_else(|_| vb.get(size, "beta"))?;
-    Ok(Norm { weight: weight.to_vec1()?, bias: bias.to_vec1()? })
+    let (weight, bias) = if at.contains("gamma") { ("gamma", "beta") } else { ("weight", "bias") };
+    Ok(Norm { weight: at.get(weight, &[size])?, bias: at.get(bias, &[size])? })
 }
 
 impl Encoder {
-    pub fn load(vb: VarBuilder, config: &Config, precision: Precision) -> anyhow::Result<Self> {
+    /// The encoder of `checkpoint`, its dense layers in `precision`, read tensor by tensor.
+    pub fn load(checkpoint: &Checkpoint, config: &Config, precision: Precision) -> anyhow::Result<Self> {
         anyhow::ensure!(config.hidden_act == "gelu", "hidden_act `{}` is not supported (gelu only)", config.hidden_act);
         anyhow::ensure!(
             config.hidden_size.is_multiple_of(config.num_attention_heads),
@@ -118,40 +116,37 @@ impl Encoder {
             config.num_attention_heads
         );
         // Checkpoints saved from BertForX carry a `bert.` prefix.
-        let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") { vb } else { vb.pp("bert") };
+        let root = if checkpoint.contains("embeddings.word_embeddings.weight") { "" } else { "bert" };
+        let root = checkpoint.at(root);
         let h = config.hidden_size;
-        let e = vb.pp("embeddings");
+        let e = root.at("embeddings");
         let layers = (0..config.num_hidden_layers)
             .map(|i| {
-                let l = vb.pp(format!("encoder.layer.{i}"));
-                let a = l.pp("attention");
-                let part = |p: &str| {
-                    let v = a.pp("self").pp(p);
-                    Ok::<_, candle_core::Error>((v.get((h, h), "weight")?, v.get(h, "bias")?))
-                };
-                let ((q_w, q_b), (k_w, k_b), (v_w, v_b)) = (part("query")?, part("key")?, part("value")?);
+                let l = root.at(&format!("encoder.layer.{i}"));
+                let a = l.at("attention");
+                let (mut qkv_w, mut qkv_b) = (Vec::with_capacity(3 * h * h), Vec::with_capacity(3 * h));
+                for part in ["query", "key", "value"] {
+                    let v = a.at("self").at(part);
+                    qkv_w.extend(v.get("weight", &[h, h])?);
+                    qkv_b.extend(v.get("bias", &[h])?);
+                }
                 Ok(Layer {
-                    qkv: Dense::new(
-                        &Tensor::cat(&[&q_w, &k_w, &v_w], 0)?,
-                        Tensor::cat(&[&q_b, &k_b, &v_b], 0)?,
-                        precision,
-                    )?,
-                    attention_out: Dense::load(a.pp("output.dense"), h, h, precision)?,
-                    attention_norm: norm(a.pp("output.LayerNorm"), h)?,
-                    intermediate: Dense::load(l.pp("intermediate.dense"), config.intermediate_size, h, precision)?,
-                    output: Dense::load(l.pp("output.dense"), h, config.intermediate_size, precision)?,
-                    output_norm: norm(l.pp("output.LayerNorm"), h)?,
+                    qkv: Dense::new(qkv_w, qkv_b, h, precision)?,
+                    attention_out: Dense::load(a.at("output.dense"), h, h, precision)?,
+                    attention_norm: norm(a.at("output.LayerNorm"), h)?,
+                    intermediate: Dense::load(l.at("intermediate.dense"), config.intermediate_size, h, precision)?,
+                    output: Dense::load(l.at("output.dense"), h, config.intermediate_size, precision)?,
+                    output_norm: norm(l.at("output.LayerNorm"), h)?,
                 })
             })
-            .collect::<candle_core::Result<Vec<_>>>()?;
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut token_type = e.get("token_type_embeddings.weight", &[config.type_vocab_size, h])?;
+        token_type.truncate(h);
         Ok(Self {
-            word: e.get((config.vocab_size, h), "word_embeddings.weight")?.flatten_all()?.to_vec1()?,
-            position: e
-                .get((config.max_position_embeddings, h), "position_embeddings.weight")?
-                .flatten_all()?
-                .to_vec1()?,
-            token_type: e.get((config.type_vocab_size, h), "token_type_embeddings.weight")?.get(0)?.to_vec1()?,
-            embedding_norm: norm(e.pp("LayerNorm"), h)?,
+            word: e.get("word_embeddings.weight", &[config.vocab_size, h])?,
+            position: e.get("position_embeddings.weight", &[config.max_position_embeddings, h])?,
+            token_type,
+            embedding_norm: norm(e.at("LayerNorm"), h)?,
             layers,
             heads: config.num_attention_heads,
             head_dim: h / config.num_attention_heads,

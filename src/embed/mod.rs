@@ -8,6 +8,7 @@
 
 mod bert;
 pub mod cache;
+mod checkpoint;
 pub mod fake;
 pub mod files;
 mod kernels;

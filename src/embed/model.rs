@@ -3,11 +3,10 @@
 //! normalisation. Synchronous: it runs on the embedding thread (see [`super::worker`]), never on
 //! the async runtime.
 
-use candle_core::{DType, Device};
-use candle_nn::VarBuilder;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use super::bert::{Config, Encoder};
+use super::checkpoint::Checkpoint;
 use super::files::ModelFiles;
 use crate::config::Precision;
 
@@ -25,16 +24,13 @@ pub struct SentenceModel {
 impl SentenceModel {
     /// Loads the model with its dense layers in `precision` (int8 weights are quantised here).
     pub fn load(files: &ModelFiles, precision: Precision) -> anyhow::Result<Self> {
-        let device = Device::Cpu;
         let config: Config = serde_json::from_str(&std::fs::read_to_string(&files.config)?)?;
         let mut tokenizer = Tokenizer::from_file(&files.tokenizer).map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?;
         tokenizer
             .with_truncation(Some(TruncationParams { max_length: files.manifest.max_tokens, ..Default::default() }))
             .map_err(|e| anyhow::anyhow!("tokenizer: {e}"))?;
         tokenizer.with_padding(None);
-        // SAFETY: the weights file was just verified by checksum and is not modified while mapped.
-        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&files.weights], DType::F32, &device)? };
-        let encoder = Encoder::load(vb, &config, precision)?;
+        let encoder = Encoder::load(&Checkpoint::open(&files.weights)?, &config, precision)?;
         anyhow::ensure!(
             encoder.hidden() == files.manifest.dims,
             "the manifest says {} dimensions, the model has {}",
