@@ -587,10 +587,11 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let stop = stop_signals()?;
             let app = App::start(config, Options::default()).await?;
             let addr = app.addr.expect("serving HTTP");
-            println!("toolmux listening on http://{addr}{path}");
+            let mut lines = vec![format!("toolmux listening on http://{addr}{path}")];
             if console {
-                println!("console at http://{addr}{}", toolmux::console::PATH);
+                lines.push(format!("console at http://{addr}{}", toolmux::console::PATH));
             }
+            announce(&lines);
             serve_until_signal(app, grace, Some(Reload { file, watch }), stop).await
         }
         Command::Find { config, query, keywords } => {
@@ -612,12 +613,14 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             if !app.ready(Duration::from_secs(60)).await {
                 tracing::warn!("the demo backends did not all answer within 60 s");
             }
-            println!(
-                "toolmux demo: {} backends, {} tools; connect an MCP client to http://{addr}/mcp",
-                app.gateway.upstream.backends().len(),
-                app.gateway.store.current().catalog.len()
-            );
-            println!("console at http://{addr}{}", toolmux::console::PATH);
+            announce(&[
+                format!(
+                    "toolmux demo: {} backends, {} tools; connect an MCP client to http://{addr}/mcp",
+                    app.gateway.upstream.backends().len(),
+                    app.gateway.store.current().catalog.len()
+                ),
+                format!("console at http://{addr}{}", toolmux::console::PATH),
+            ]);
             serve_until_signal(app, toolmux::config::DEFAULT_SHUTDOWN_GRACE, None, stop).await
         }
         Command::Backend { name, listen, stdio, list_delay_ms } => {
@@ -758,6 +761,15 @@ fn config_reads(
 async fn stop_signal() -> std::io::Result<()> {
     stop_signals()?.await;
     Ok(())
+}
+
+/// Prints what a starting gateway announces (its URLs). A closed stdout (a supervisor or a
+/// script that read the first line and went away) must not stop a gateway that is serving:
+/// `println!` would panic there, so write errors are ignored.
+fn announce(lines: &[String]) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = lines.iter().try_for_each(|l| writeln!(out, "{l}")).and_then(|()| out.flush());
 }
 
 /// A stop signal (SIGTERM or SIGINT) from now on: the handlers are installed before this

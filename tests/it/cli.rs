@@ -79,6 +79,52 @@ async fn demo_serves_the_built_in_backends_in_optimizer_mode() {
     assert!(!log.contains(" ERROR "), "a first stop ends quietly:\n{log}");
 }
 
+/// A gateway whose stdout is closed before it announces its URLs (a supervisor, or a script
+/// that read the first line and went away) keeps serving: announcing used to panic on the
+/// broken pipe and take the gateway down.
+#[tokio::test]
+async fn serve_keeps_serving_when_its_stdout_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = dir.path().join("toolmux.toml");
+    std::fs::write(&config, format!("[server]\nlisten = \"127.0.0.1:{port}\"\nmode = \"passthrough\"\n")).unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .stdout(writer)
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Ready, then a reload (SIGHUP is handled once the gateway has announced itself): each
+    // awaited while checking that the gateway has not stopped.
+    let base = format!("http://127.0.0.1:{port}");
+    let reloaded = |v: &Value| !v["reload"]["at"].is_null();
+    let mut status = Value::Null;
+    for step in ["ready", "reloaded"] {
+        if step == "reloaded" {
+            let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+        }
+        for _ in 0..300 {
+            if let Some(exit) = child.try_wait().unwrap() {
+                panic!("the gateway stopped before it was {step}: {exit:?}");
+            }
+            status = match reqwest::get(format!("{base}/status")).await {
+                Ok(r) if r.status().is_success() => r.json().await.unwrap(),
+                _ => Value::Null,
+            };
+            if status["ready"] == true && (step == "ready" || reloaded(&status)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(reloaded(&status), "no reload seen: {status}");
+    assert!(child.try_wait().unwrap().is_none(), "the gateway stopped");
+}
+
 /// The gateway as a child process in optimizer mode over a small catalog (two stdio backends):
 /// find_tool ranks a known tool first and call_tool runs one. `scripts/test-arm64.sh` runs this
 /// under qemu too, where the catalog is embedded by the aarch64 build, so the index is waited
