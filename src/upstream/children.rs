@@ -152,6 +152,16 @@ mod tests {
         let start = || std::process::Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
         let (mut ended, mut kept) = (start(), start());
         let (a, b) = (ended.id() as i32, kept.id() as i32);
+        // Each in its own group before reaping: under qemu-user (scripts/test-arm64.sh) spawn can
+        // return before the child has made its group, and a signal to a group not yet made is
+        // lost (the test then waited out the `sleep` and failed).
+        for pid in [a, b] {
+            let pid = Pid::from_raw(pid);
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while nix::unistd::getpgid(Some(pid)) != Ok(pid) && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+        }
         // `b` was registered and then ended by the gateway itself: the reaper leaves it alone.
         reap(std::io::Cursor::new(format!("+{a}\n+{b}\n-{b}\nnoise\né1\n")));
         assert!(ended.wait().unwrap().code().is_none(), "the registered group was signalled");
