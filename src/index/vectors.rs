@@ -1,5 +1,5 @@
-//! The tool vectors as searches read them, in two forms that together take a third of the memory
-//! of the f32 vectors they are made from:
+//! The tool vectors as searches read them, in two forms that together take three quarters of the
+//! memory of the f32 vectors they are made from (and the graph no longer needs codes of its own):
 //!
 //! - **byte codes** (each vector as `dim` signed bytes, scaled by its largest component): every
 //!   search's first pass (the exact scan and the graph walk) scores these, moving a quarter of
