@@ -195,14 +195,17 @@ fn loaded_once(
     cell: &'static OnceLock<Arc<ModelEmbedder>>,
     precision: toolmux::config::Precision,
 ) -> Arc<ModelEmbedder> {
-    cell.get_or_init(|| {
-        let roots = toolmux::embed::files::default_model_roots();
-        let files = toolmux::embed::files::locate("all-MiniLM-L6-v2", None, &roots, false)
-            .expect("the model is fetched (models/fetch.sh)");
-        let batching = toolmux::embed::worker::Batching::default();
-        Arc::new(ModelEmbedder::start_with(&files, batching, precision).expect("model loads"))
-    })
-    .clone()
+    cell.get_or_init(|| model_of_its_own(precision)).clone()
+}
+
+/// The real model, loaded for one test alone: for a test that counts the model's work, which
+/// other tests sharing [`model`] would add to.
+pub fn model_of_its_own(precision: toolmux::config::Precision) -> Arc<ModelEmbedder> {
+    let roots = toolmux::embed::files::default_model_roots();
+    let files = toolmux::embed::files::locate("all-MiniLM-L6-v2", None, &roots, false)
+        .expect("the model is fetched (models/fetch.sh)");
+    let batching = toolmux::embed::worker::Batching::default();
+    Arc::new(ModelEmbedder::start_with(&files, batching, precision).expect("model loads"))
 }
 
 /// A vector cache folder shared by the tests of this binary (tool texts repeat across tests).

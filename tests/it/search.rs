@@ -80,7 +80,8 @@ async fn int8_embeddings_stay_close_to_sentence_transformers() {
 /// passes than requests, and each gets exactly the vector it would get alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_share_encoder_passes_and_keep_their_own_vectors() {
-    let m = model();
+    // Its own model: the shared one's counters also count the other tests' requests.
+    let m = model_of_its_own(toolmux::config::Precision::F32);
     let texts: Vec<String> = (0..60).map(|i| format!("send message number {i} to the team channel")).collect();
     let alone: Vec<Vec<f32>> = {
         let mut out = Vec::new();
