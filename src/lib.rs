@@ -40,6 +40,7 @@ pub mod http;
 pub mod import;
 pub mod index;
 pub mod mcp;
+pub mod memory;
 pub mod metrics;
 pub mod redact;
 pub mod session;

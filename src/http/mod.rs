@@ -424,26 +424,12 @@ async fn give_back_memory(sessions: Arc<sessions::Sessions>, ct: CancellationTok
         last = live;
         if ended >= FALL && trimmed_at.elapsed() >= TRIM_EVERY {
             let started = std::time::Instant::now();
-            let trimmed = tokio::task::spawn_blocking(trim).await.unwrap_or(false);
+            let trimmed = tokio::task::spawn_blocking(crate::memory::trim).await.unwrap_or(false);
             tracing::debug!(live, ended, trimmed, took = ?started.elapsed(), "handed freed session memory back");
             ended = 0;
             trimmed_at = tokio::time::Instant::now();
         }
     }
-}
-
-/// Returns free heap memory to the system where the allocator keeps it (glibc); true if any was.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn trim() -> bool {
-    // SAFETY: malloc_trim only walks and releases the allocator's free memory; it takes the
-    // allocator's own locks and touches no memory still allocated.
-    unsafe { libc::malloc_trim(0) == 1 }
-}
-
-/// Elsewhere the allocator decides alone.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn trim() -> bool {
-    false
 }
 
 /// Ends here, every [`SharedSessions::refresh_every`], the held sessions that a `DELETE` on
