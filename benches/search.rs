@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use toolmux::catalog::{CatalogTool, ToolKey};
 use toolmux::embed::Embedder;
 use toolmux::index::dense::{DenseIndex, dot};
-use toolmux::index::{AllowList, Hit};
+use toolmux::index::{AllowList, Hit, top_k};
 use toolmux::session::{AllowAll, Caller, scope};
 
 use support::*;
@@ -30,17 +30,11 @@ const SHARES: [f64; 3] = [0.01, 0.10, 1.00];
 /// The exhaustive f32 scan: the ground truth, and what the index ran before it kept compact
 /// vectors (every allowed vector's dot product, then the best `k`).
 fn f32_scan(data: &[f32], query: &[f32], allow: &AllowList, k: usize) -> Vec<Hit> {
-    let mut hits: Vec<Hit> = allow
+    let hits = allow
         .iter()
         .map(|slot| Hit { slot, score: dot(query, &data[slot as usize * DIM..(slot as usize + 1) * DIM]) })
         .collect();
-    let best_first = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.slot.cmp(&b.slot));
-    if hits.len() > k {
-        hits.select_nth_unstable_by(k, best_first);
-        hits.truncate(k);
-    }
-    hits.sort_by(best_first);
-    hits
+    top_k(hits, k)
 }
 
 /// Share of the f32 scan's top 10 that `search` finds, over `queries`.

@@ -26,7 +26,7 @@ pub struct Hit {
 }
 
 /// Keeps the `k` best hits seen; ties broken by the lower slot, so results are deterministic.
-pub(crate) fn top_k(mut hits: Vec<Hit>, k: usize) -> Vec<Hit> {
+pub fn top_k(mut hits: Vec<Hit>, k: usize) -> Vec<Hit> {
     let cmp = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.slot.cmp(&b.slot));
     if hits.len() > k {
         hits.select_nth_unstable_by(k, cmp);
