@@ -166,18 +166,7 @@ impl DenseIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng, rngs::StdRng};
-
-    fn unit_vectors(n: usize, dim: usize, seed: u64) -> Vec<f32> {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let mut out = Vec::with_capacity(n * dim);
-        for _ in 0..n {
-            let v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() - 0.5).collect();
-            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            out.extend(v.iter().map(|x| x / norm));
-        }
-        out
-    }
+    use crate::index::unit_vectors;
 
     #[test]
     fn dot_matches_naive() {

@@ -220,15 +220,8 @@ mod tests {
 
     #[test]
     fn a_filtered_walk_returns_only_allowed_nodes_and_finds_the_exact_ones() {
-        use rand::{Rng, SeedableRng, rngs::StdRng};
         let (n, dim) = (3000, 32);
-        let mut rng = StdRng::seed_from_u64(5);
-        let mut data = Vec::with_capacity(n * dim);
-        for _ in 0..n {
-            let mut v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() - 0.5).collect();
-            crate::embed::normalize(&mut v);
-            data.extend(v);
-        }
+        let data = crate::index::unit_vectors(n, dim, 5);
         let g = Graph::build(dim, &data, 16, 100);
         let vectors = Vectors::new(dim, &data);
         let allow = AllowList::from_slots(n, (0..n as Slot).filter(|s| s % 2 == 0));

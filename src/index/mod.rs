@@ -35,3 +35,17 @@ pub fn top_k(mut hits: Vec<Hit>, k: usize) -> Vec<Hit> {
     hits.sort_by(cmp);
     hits
 }
+
+/// `n` random unit vectors of `dim` components from `seed`, slot-major: the index's tests' data.
+#[cfg(test)]
+pub(crate) fn unit_vectors(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::with_capacity(n * dim);
+    for _ in 0..n {
+        let mut v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() - 0.5).collect();
+        crate::embed::normalize(&mut v);
+        out.extend(v);
+    }
+    out
+}

@@ -156,18 +156,7 @@ impl Vectors {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng, rngs::StdRng};
-
-    fn unit_vectors(n: usize, dim: usize, seed: u64) -> Vec<f32> {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let mut out = Vec::with_capacity(n * dim);
-        for _ in 0..n {
-            let mut v: Vec<f32> = (0..dim).map(|_| rng.random::<f32>() - 0.5).collect();
-            crate::embed::normalize(&mut v);
-            out.extend(v);
-        }
-        out
-    }
+    use crate::index::unit_vectors;
 
     #[test]
     fn both_forms_keep_the_dot_product() {
