@@ -24,7 +24,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use rmcp::transport::streamable_http_server::SessionManager;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
 use self::sessions::Sessions;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -70,10 +69,9 @@ pub fn router(
         cfg = cfg.disable_allowed_hosts();
     }
     let handler_gw = gw.clone();
-    let mut local = LocalSessionManager::default();
-    // rmcp ends a session after this long without a message; its upstream sessions end with it.
-    local.session_config.keep_alive = Some(server.limits.session_idle_timeout);
-    let sessions = Arc::new(Sessions::new(local, gw.registry().clone(), shared.clone()));
+    // A session ends after this long without a message; its upstream sessions end with it.
+    let settings = sessions::Settings { idle_timeout: server.limits.session_idle_timeout, sse_retry: cfg.sse_retry };
+    let sessions = Arc::new(Sessions::new(settings, gw.registry().clone(), shared.clone()));
     let mcp = StreamableHttpService::new(move || Ok(GatewayHandler::new(handler_gw.clone())), sessions.clone(), cfg);
     let ready_gw = gw.clone();
     let status_gw = gw.clone();
