@@ -8,6 +8,8 @@
 //!   session or as this session-less principal, last remembered);
 //! - no task but the caller's own, and none whose tool the caller may no longer use;
 //! - no group but of the caller's own backends, and no group's tools outside its scope;
+//! - no backend waiting for a login named to a caller that may not use it (find_tool's
+//!   `needs_login`), and the one waiting named to every caller that may;
 //! - in the operator console's views (tools, overview, playground): no tool outside the scope,
 //!   no other principal, no search of another principal's scope.
 //!
@@ -58,6 +60,8 @@ enum Variant {
 
 const PRINCIPALS: [&str; 3] = ["alice", "bob", "carol"];
 const BACKENDS: [&str; 3] = ["kit", "github", "jira"];
+/// An `auth = "oauth"` backend no one has logged in to: it has no tools, only a login to ask for.
+const LOCKED: &str = "tracker";
 
 /// Who is asking: a principal's session (by its index among that principal's sessions), or the
 /// principal without one.
@@ -81,8 +85,10 @@ struct Walk {
     base: String,
     app: App,
     rng: StdRng,
-    /// Backends each principal may use now.
+    /// Backends with tools each principal may use now.
     allowed: [BTreeSet<&'static str>; 3],
+    /// Whether each principal may use [`LOCKED`] now.
+    locked: [bool; 3],
     sessions: HashMap<(usize, usize), Arc<TaskClient>>,
     /// What `kit` remembers for each caller, as far as the walk knows.
     remembered: HashMap<Who, String>,
@@ -108,9 +114,12 @@ impl Walk {
         for (name, b) in ["github", "jira"].iter().zip(others) {
             base += &http_backend_toml(name, &b.url);
         }
+        // Nothing listens there; the grant file is named after this URL, so no grant exists.
+        base += &http_backend_toml(LOCKED, "http://127.0.0.1:9/tenant-walk/mcp");
+        base += "auth = \"oauth\"\n";
         let everything =
             [BACKENDS.into_iter().collect(), BACKENDS.into_iter().collect(), BACKENDS.into_iter().collect()];
-        let app = gateway(&(base.clone() + &policy(&everything)), EmbedderChoice::None).await;
+        let app = gateway(&(base.clone() + &policy(&everything, &[true; 3])), EmbedderChoice::None).await;
         Self {
             mode,
             variant,
@@ -118,6 +127,7 @@ impl Walk {
             app,
             rng: StdRng::seed_from_u64(seed),
             allowed: everything,
+            locked: [true; 3],
             sessions: HashMap::new(),
             remembered: HashMap::new(),
             tasks: Vec::new(),
@@ -213,6 +223,11 @@ impl Walk {
         self.allowed[who.principal()].contains(backend)
     }
 
+    /// Whether principal `p` may use `backend` (one with tools, or the one waiting for a login).
+    fn may_use(&self, p: usize, backend: &str) -> bool {
+        self.allowed[p].contains(backend) || (backend == LOCKED && self.locked[p])
+    }
+
     async fn list(&mut self, who: Who) {
         let c = self.client(who).await;
         let tools = c.list_all_tools().await.unwrap_or_else(|e| panic!("{}: tools/list: {e}", self.at()));
@@ -269,6 +284,12 @@ impl Walk {
         for name in found(&r) {
             assert!(self.in_scope(who, &name), "{}: {who:?} found {name} outside its scope", self.at());
         }
+        let sc = r.structured_content.as_ref().expect("structured content");
+        let waiting: Vec<&str> = sc.get("needs_login").and_then(Value::as_array).map_or(Vec::new(), |names| {
+            names.iter().map(|n| n.as_str().unwrap().split('`').nth(1).expect("a backend in backticks")).collect()
+        });
+        let expected: Vec<&str> = if self.locked[who.principal()] { vec![LOCKED] } else { vec![] };
+        assert_eq!(waiting, expected, "{}: {who:?} told of backends waiting for a login", self.at());
     }
 
     /// The operator console's views, as this principal (no admin here): every tool they name is
@@ -282,7 +303,7 @@ impl Walk {
         let tools: Value = get("tools").await.unwrap().json().await.unwrap();
         for backend in tools["backends"].as_array().unwrap() {
             let name = backend["name"].as_str().unwrap();
-            assert!(self.allowed[p].contains(name), "{}: {who:?} shown backend {name} in the console", self.at());
+            assert!(self.may_use(p, name), "{}: {who:?} shown backend {name} in the console", self.at());
             for t in backend["tools"].as_array().unwrap() {
                 let tool = t["name"].as_str().unwrap();
                 assert!(self.in_scope(who, tool), "{}: {who:?} shown {tool} in the console", self.at());
@@ -295,7 +316,7 @@ impl Walk {
         }
         for b in overview["status"]["backends"].as_array().unwrap() {
             let name = b["name"].as_str().unwrap();
-            assert!(self.allowed[p].contains(name), "{}: {who:?} shown backend {name} in the overview", self.at());
+            assert!(self.may_use(p, name), "{}: {who:?} shown backend {name} in the overview", self.at());
         }
         let post = |body: Value| {
             http.post(format!("{base}/search"))
@@ -385,8 +406,10 @@ impl Walk {
     async fn reload(&mut self) {
         for p in 0..PRINCIPALS.len() {
             self.allowed[p] = BACKENDS.into_iter().filter(|_| self.rng.random_bool(0.7)).collect();
+            self.locked[p] = self.rng.random_bool(0.7);
         }
-        let config = toolmux::config::Config::parse(&(self.base.clone() + &policy(&self.allowed))).unwrap();
+        let config =
+            toolmux::config::Config::parse(&(self.base.clone() + &policy(&self.allowed, &self.locked))).unwrap();
         self.app.reload(config).await;
     }
 
@@ -412,11 +435,15 @@ fn params(tool: &str, args: Value) -> rmcp::model::CallToolRequestParams {
     rmcp::model::CallToolRequestParams::new(tool.to_string()).with_arguments(args.as_object().unwrap().clone())
 }
 
-/// One `[[policy]]` per principal, allowing exactly its backends (none: a rule denying all).
-fn policy(allowed: &[BTreeSet<&'static str>; 3]) -> String {
+/// One `[[policy]]` per principal, allowing exactly its backends and, when `locked` says so,
+/// [`LOCKED`] (none: a rule denying all).
+fn policy(allowed: &[BTreeSet<&'static str>; 3], locked: &[bool; 3]) -> String {
     let mut toml = String::new();
-    for (p, backends) in PRINCIPALS.iter().zip(allowed) {
-        let list: Vec<String> = backends.iter().map(|b| format!("\"{b}\"")).collect();
+    for ((p, backends), locked) in PRINCIPALS.iter().zip(allowed).zip(locked) {
+        let mut list: Vec<String> = backends.iter().map(|b| format!("\"{b}\"")).collect();
+        if *locked {
+            list.push(format!("\"{LOCKED}\""));
+        }
         toml += &match list.is_empty() {
             true => format!("[[policy]]\nprincipals = [\"{p}\"]\nbackends = [\"*\"]\neffect = \"deny\"\n"),
             false => format!("[[policy]]\nprincipals = [\"{p}\"]\nbackends = [{}]\n", list.join(", ")),
