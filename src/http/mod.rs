@@ -186,7 +186,7 @@ impl Edge {
                     return no_such_session();
                 }
                 Some(_) => self.refresh(id),
-                None if self.sessions.holds(id).await => {
+                None if self.sessions.holds(id) => {
                     tracing::info!(%principal, "request refused: 404 for a session whose owner is not recorded");
                     return no_such_session();
                 }
@@ -224,7 +224,7 @@ impl Edge {
             }
         } else if restoring
             && let Some(id) = session
-            && !self.sessions.holds(&id).await
+            && !self.sessions.holds(&id)
         {
             // The rebuild failed: nothing is held here under the claim.
             self.gw.registry().end(&id);
@@ -257,7 +257,7 @@ impl Edge {
             let message = "toolmux is stopping; send the session's requests to another replica\n";
             return Err((StatusCode::SERVICE_UNAVAILABLE, message).into_response());
         }
-        let open = self.sessions.count().await;
+        let open = self.sessions.count();
         if open >= self.max_sessions {
             let message = format!("toolmux already serves {open} sessions, its limit (server.max_sessions)\n");
             return Err(
@@ -322,7 +322,7 @@ impl Edge {
                 let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": SERVER_BUSY, "message": "toolmux is stopping; connect again (to another replica, or once it has restarted)"}});
                 return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
             }
-            let open = self.sessions.count().await;
+            let open = self.sessions.count();
             if open >= self.max_sessions {
                 let message = format!(
                     "toolmux already serves {open} sessions, its limit (server.max_sessions); close a session you no longer use, or try again later"
@@ -379,7 +379,7 @@ impl Edge {
     async fn delete(&self, req: Request, next: Next) -> Response {
         let id = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         if let Some(id) = id {
-            let known = self.sessions.holds(&id).await;
+            let known = self.sessions.holds(&id);
             if !known {
                 // A stored session (checked in `check`) ends in the store; nothing runs here.
                 if let Some(shared) = &self.shared
@@ -417,7 +417,7 @@ async fn give_back_memory(sessions: Arc<sessions::Sessions>, ct: CancellationTok
             _ = ct.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
-        let live = sessions.count().await;
+        let live = sessions.count();
         ended += last.saturating_sub(live);
         last = live;
         if ended >= FALL && trimmed_at.elapsed() >= TRIM_EVERY {
@@ -440,7 +440,7 @@ async fn sweep_ended(edge: Arc<Edge>, shared: Arc<SharedSessions>, ct: Cancellat
             _ = ct.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let held = edge.sessions.ids().await;
+        let held = edge.sessions.ids();
         for id in shared.ended_among(&held).await {
             tracing::debug!("a session ended on another replica is ended here too");
             let _ = edge.sessions.close_session(&id.into()).await;

@@ -93,17 +93,17 @@ impl Sessions {
     }
 
     /// Whether the session `id` is held here.
-    pub async fn holds(&self, id: &str) -> bool {
+    pub fn holds(&self, id: &str) -> bool {
         self.read().contains_key(id)
     }
 
     /// Sessions held here.
-    pub async fn count(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.read().len()
     }
 
     /// The ids of the sessions held here.
-    pub async fn ids(&self) -> Vec<String> {
+    pub fn ids(&self) -> Vec<String> {
         self.read().keys().map(|id| id.to_string()).collect()
     }
 
@@ -813,7 +813,7 @@ mod tests {
         service_b.send(answer(1, "for b")).await.unwrap();
         assert_eq!(all(for_b).await, ["0/0 prime", "1/0 answer 1 for b"]);
         assert!(futures::FutureExt::now_or_never(common_b.next()).is_none(), "A's notification reached B");
-        assert_eq!((sessions.count().await, sessions.holds(&b).await, sessions.holds(&a).await), (1, true, false));
+        assert_eq!((sessions.count(), sessions.holds(&b), sessions.holds(&a)), (1, true, false));
     }
 
     #[tokio::test]
