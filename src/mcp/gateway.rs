@@ -390,7 +390,7 @@ impl Gateway {
         self.registry.bind(id, &handle);
         if let Some(id) = id {
             let owner = super::tasks::Owner::new(&caller.principal, Some(id));
-            let ending = end_tasks_with_session(Arc::downgrade(self), handle.ended(), owner, id.to_string());
+            let ending = end_tasks_with_session(Arc::downgrade(self), handle.upstreams_at_end(), owner, id.to_string());
             tokio::spawn(ending);
         }
         let stop = [self.ct.clone(), handle.ended()];
@@ -543,27 +543,28 @@ impl Told {
 
 /// When a session ends, the tasks it made end too: nobody can follow them any more (a task is
 /// its session's alone). Each is forgotten here and in the shared store, and cancelled at its
-/// backend where the gateway holds the connection it lives on (a `shared` backend's); a task
-/// on the session's own backend session ends with that backend session. Not while the session
-/// lives on elsewhere: handed to another replica (a stop with sessions shared), or still in the
-/// shared store (only this replica's copy ended).
+/// backend on the connection it lives on: a `shared` backend's, or the session's own backend
+/// session, which the session hands over as it ends and which closes only after (a backend's
+/// task may outlive the session it was made on). Not while the session lives on elsewhere:
+/// handed to another replica (a stop with sessions shared), or still in the shared store (only
+/// this replica's copy ended).
 ///
 /// Waits the session's life through holding only its arguments: the work is boxed, as in
 /// [`resync_worker`].
 async fn end_tasks_with_session(
     gw: std::sync::Weak<Gateway>,
-    ended: CancellationToken,
+    upstreams: tokio::sync::oneshot::Receiver<ClientUpstreams>,
     owner: super::tasks::Owner,
     session: String,
 ) {
-    ended.cancelled().await;
+    let upstreams = upstreams.await.ok();
     let Some(gw) = gw.upgrade() else { return };
-    Box::pin(gw.end_tasks_of(owner, session)).await
+    Box::pin(gw.end_tasks_of(owner, session, upstreams)).await
 }
 
 impl Gateway {
     /// [`end_tasks_with_session`]'s work, once the session has ended.
-    async fn end_tasks_of(&self, owner: super::tasks::Owner, session: String) {
+    async fn end_tasks_of(&self, owner: super::tasks::Owner, session: String, upstreams: Option<ClientUpstreams>) {
         if self.upstream.keep_sessions.load(Ordering::Acquire) {
             return;
         }
@@ -576,7 +577,7 @@ impl Gateway {
             if let Some(store) = self.shared_sessions() {
                 let _ = store.forget_task(&id).await;
             }
-            self.cancel_orphaned(route).await;
+            self.cancel_orphaned(route, upstreams.as_ref()).await;
         }
     }
 }
@@ -584,14 +585,18 @@ impl Gateway {
 impl Gateway {
     /// Cancels, at its backend, a task nobody can follow any more (its route was pushed out, or
     /// its session ended), on the connection it lives on where the gateway holds one: a shared
-    /// backend's, or a session-less principal's own. A task on a session's own backend session
-    /// ends with that backend session.
-    pub async fn cancel_orphaned(&self, route: super::tasks::Route) {
+    /// backend's, a session-less principal's own, or the ended session's own (`own`, while it is
+    /// still open). A live session's own backend session is its requests' alone.
+    pub async fn cancel_orphaned(&self, route: super::tasks::Route, own: Option<&ClientUpstreams>) {
         let Some(backend) = self.upstream.get(&route.backend) else { return };
-        let link = match (backend.per_client(), &route.owner.session) {
-            (false, _) => backend.shared_link(),
-            (true, None) => self.sessionless.link(&route.owner.principal, None, &backend).await,
-            (true, Some(_)) => return,
+        let link = match (backend.per_client(), &route.owner.session, own) {
+            (false, _, _) => backend.shared_link(),
+            (true, None, _) => self.sessionless.link(&route.owner.principal, None, &backend).await,
+            (true, Some(_), Some(own)) => match own.open_link(&backend).await {
+                Some(link) => Ok(link),
+                None => return,
+            },
+            (true, Some(_), None) => return,
         };
         let params = rmcp::model::CancelTaskParams::new(route.upstream);
         let cancelled = match link {
@@ -618,7 +623,7 @@ mod tests {
         let stop = [CancellationToken::new(), CancellationToken::new()];
         let resync = resync_worker(Weak::new(), Weak::new(), scopes, notices, stop);
         let owner = super::super::tasks::Owner::new("alice", Some("session"));
-        let ending = end_tasks_with_session(Weak::new(), CancellationToken::new(), owner, "session".into());
+        let ending = end_tasks_with_session(Weak::new(), tokio::sync::oneshot::channel().1, owner, "session".into());
         let (resync, ending) = (std::mem::size_of_val(&resync), std::mem::size_of_val(&ending));
         eprintln!("resync worker {resync} bytes, task ending {ending} bytes");
         assert!(resync <= 1024 && ending <= 512, "resync worker {resync} bytes, task ending {ending} bytes");

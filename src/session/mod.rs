@@ -279,6 +279,8 @@ pub struct SessionHandle {
     pub calls: Arc<Semaphore>,
     /// Cancelled when the session ends: its tasks stop with it.
     ended: CancellationToken,
+    /// Where its upstream sessions go when it ends ([`SessionHandle::upstreams_at_end`]).
+    farewell: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<ClientUpstreams>>>,
     /// Woken when the caller's groups changed: its resync worker tells a passthrough client.
     pub rescoped: Arc<tokio::sync::Notify>,
     /// Its last find_tool, and the labels its calls have given (learning from use).
@@ -307,6 +309,7 @@ impl SessionHandle {
             level: Arc::default(),
             calls: Arc::new(Semaphore::new(max_calls)),
             ended: CancellationToken::new(),
+            farewell: std::sync::Mutex::new(None),
             rescoped: Arc::default(),
             usage: Default::default(),
         })
@@ -349,6 +352,15 @@ impl SessionHandle {
         self.ended.clone()
     }
 
+    /// Resolves when the session ends: with its upstream sessions, which then close when the
+    /// receiver drops them (not at once), so that what still has to be said on them can be.
+    /// Without upstream sessions, or a second time, it resolves with an error.
+    pub fn upstreams_at_end(&self) -> tokio::sync::oneshot::Receiver<ClientUpstreams> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        *self.farewell.lock().expect("farewell lock") = Some(tx);
+        rx
+    }
+
     /// The snapshot to use for one whole request.
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.scope.load_full()
@@ -370,6 +382,11 @@ impl SessionHandle {
 
 impl Drop for SessionHandle {
     fn drop(&mut self) {
+        let farewell = self.farewell.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let (Some(tx), Some(upstreams)) = (farewell, self.upstreams.take()) {
+            // Refused (nobody waits any more): they close here, as they would have.
+            let _ = tx.send(upstreams);
+        }
         self.ended.cancel();
     }
 }

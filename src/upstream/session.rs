@@ -145,6 +145,12 @@ impl ClientUpstreams {
         Some(StoredUpstream { id, init })
     }
 
+    /// This client's live session to the per-client `backend`, if one is open (none is opened).
+    pub async fn open_link(&self, backend: &Arc<Backend>) -> Option<Link> {
+        let conn = self.live(backend.name()).await?;
+        (conn.backend == backend.instance).then(|| Link::own(&conn))
+    }
+
     /// The connection for one request to `backend`: this client's own session when the backend
     /// is per-client (opened now if there is none), else the gateway's shared connection.
     pub async fn link(&self, backend: &Arc<Backend>) -> Result<Link, CallError> {

@@ -203,29 +203,34 @@ async fn a_revoked_callers_task_is_cancelled() {
 }
 
 /// A task is its session's alone, so it ends with the session: closing the session cancels its
-/// task at a `shared` backend (nobody could follow it any more).
+/// task at the backend (nobody could follow it any more), on the gateway's connection to a
+/// `shared` backend, and on the session's own backend session of a `per_client` one before that
+/// session closes (the backend's task would outlive it).
 #[tokio::test]
 async fn a_sessions_tasks_end_with_it() {
-    let kit = http_backend("testkit").await;
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}{}session = \"shared\"\n",
-        bearer_auth(&["alice"]),
-        http_backend_toml("kit", &kit.url)
-    );
-    let app = gateway(&toml, EmbedderChoice::None).await;
-    let alice = session(&app, "alice").await;
-    match alice.peer().call_tool_once(job("passthrough", 60_000, "orphan")).await.unwrap() {
-        CallToolResponse::Task(_) => {}
-        other => panic!("expected a task, got {other:?}"),
+    for mode in ["shared", "per_client"] {
+        let kit = http_backend("testkit").await;
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}{}session = \"{mode}\"\n",
+            bearer_auth(&["alice"]),
+            http_backend_toml("kit", &kit.url)
+        );
+        let app = gateway(&toml, EmbedderChoice::None).await;
+        let alice = session(&app, "alice").await;
+        match alice.peer().call_tool_once(job("passthrough", 60_000, "orphan")).await.unwrap() {
+            CallToolResponse::Task(_) => {}
+            other => panic!("{mode}: expected a task, got {other:?}"),
+        }
+        let watcher = session(&app, "alice").await;
+        let cancelled = || async { text(&call(&watcher, "kit_cancelled_calls", json!({})).await) };
+        assert_eq!(cancelled().await, "0", "{mode}");
+        alice.cancel().await.unwrap();
+        assert!(
+            eventually(std::time::Duration::from_secs(10), || async { cancelled().await == "1" }).await,
+            "{mode}: the ended session's task was cancelled at the backend"
+        );
+        assert_eq!(app.gateway.tasks.len(), 0, "{mode}: and forgotten");
+        watcher.cancel().await.unwrap();
+        app.shutdown().await;
     }
-    let watcher = session(&app, "alice").await;
-    let cancelled = || async { text(&call(&watcher, "kit_cancelled_calls", json!({})).await) };
-    assert_eq!(cancelled().await, "0");
-    alice.cancel().await.unwrap();
-    assert!(
-        eventually(std::time::Duration::from_secs(10), || async { cancelled().await == "1" }).await,
-        "the ended session's task was cancelled at the backend"
-    );
-    assert_eq!(app.gateway.tasks.len(), 0, "and forgotten");
-    watcher.cancel().await.unwrap();
 }

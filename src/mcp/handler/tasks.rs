@@ -74,7 +74,7 @@ impl GatewayHandler {
     fn cancel_pushed(&self, pushed: Vec<Route>) {
         for route in pushed {
             let gw = self.gw.clone();
-            tokio::spawn(async move { gw.cancel_orphaned(route).await });
+            tokio::spawn(async move { gw.cancel_orphaned(route, None).await });
         }
     }
 
