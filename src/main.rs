@@ -145,6 +145,11 @@ enum Command {
         /// Print the backends that would be written as JSON (secrets as ${VAR}), and write nothing.
         #[arg(long, conflicts_with = "dry_run")]
         json: bool,
+        /// Carry the servers of the current folder's project files (`.mcp.json`, `.cursor/`,
+        /// `.vscode/`, `.gemini/`) without asking; read them first: whoever can commit to the
+        /// project wrote them, and their commands run on this machine.
+        #[arg(long)]
+        trust_project: bool,
     },
     /// The entry that puts toolmux in an agent host's config in place of the servers imported
     /// from it: printed, or merged into the host's file with --write (undone with --undo).
@@ -359,11 +364,13 @@ fn import(
     into: Option<PathBuf>,
     dry_run: bool,
     json: bool,
+    trust_project: bool,
 ) -> anyhow::Result<ExitCode> {
     use toolmux::import::{self, write};
     let dirs = import::Dirs::from_env().map_err(anyhow::Error::msg)?;
     let looked = paths.is_empty();
-    let (found, failed) = import::read_all(&paths, &dirs);
+    let (mut found, failed) = import::read_all(&paths, &dirs);
+    import::confirm_project_files(&mut found, |f| trust_project || confirm_project_file(f));
     if found.is_empty() {
         for (path, why) in &failed {
             eprintln!("could not read {}: {why}", path.display());
@@ -401,6 +408,26 @@ fn import(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Asks on the terminal whether a project file's servers may be carried; no terminal, no.
+fn confirm_project_file(f: &toolmux::import::Found) -> bool {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return false;
+    }
+    let names: Vec<String> = f.servers.iter().map(|s| toolmux::import::printable(&s.name).into_owned()).collect();
+    eprint!(
+        "{} is a project's file: whoever can commit to the project wrote it, and its servers' commands \
+         would run on this machine.\nCarry {} ({})? [y/N] ",
+        f.path.display(),
+        if names.len() == 1 { "its server" } else { "its servers" },
+        names.join(", ")
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes" | "Yes")
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -532,7 +559,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Import { paths, out, into, dry_run, json } => import(paths, out, into, dry_run, json),
+        Command::Import { paths, out, into, dry_run, json, trust_project } => {
+            import(paths, out, into, dry_run, json, trust_project)
+        }
         Command::Connect { host, config, url, token_env, command, write, undo, file } => {
             connect(host, config, url, token_env, command, write, undo, file)
         }

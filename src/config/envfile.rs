@@ -53,11 +53,15 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, (usize, String)> {
     Ok(vars)
 }
 
-/// One `NAME=value` line that [`parse`] reads back as `value`.
-pub fn line(name: &str, value: &str) -> String {
+/// One `NAME=value` line that [`parse`] reads back as `value`; a name that is not a variable's
+/// (which could end the line and start another) is refused.
+pub fn line(name: &str, value: &str) -> Result<String, String> {
+    if !is_name(name) {
+        return Err(format!("`{}` is not a variable name (letters, digits, `_`)", name.escape_default()));
+    }
     let plain =
         !value.is_empty() && value.trim() == value && !value.starts_with('"') && value.chars().all(|c| !c.is_control());
-    if plain { format!("{name}={value}\n") } else { format!("{name}={}\n", serde_json::Value::from(value)) }
+    Ok(if plain { format!("{name}={value}\n") } else { format!("{name}={}\n", serde_json::Value::from(value)) })
 }
 
 /// Whether `name` can be a variable's name.
@@ -74,12 +78,19 @@ mod tests {
     #[test]
     fn lines_read_back_as_written() {
         let values = ["plain", "with spaces inside", " padded ", "\"quoted\"", "new\nline", "", "a=b#c"];
-        let text: String = values.iter().enumerate().map(|(i, v)| line(&format!("V{i}"), v)).collect();
+        let text: String = values.iter().enumerate().map(|(i, v)| line(&format!("V{i}"), v).unwrap()).collect();
         let vars = parse(&format!("# secrets\n\n{text}export OTHER = x\n")).unwrap();
         for (i, v) in values.iter().enumerate() {
             assert_eq!(vars[&format!("V{i}")], *v);
         }
         assert_eq!(vars["OTHER"], "x");
+    }
+
+    #[test]
+    fn a_name_that_could_start_another_line_is_refused() {
+        for name in ["A\nB", "A=B", "", "1A", "A B", "A#"] {
+            assert!(line(name, "x").unwrap_err().contains("not a variable name"), "{name:?}");
+        }
     }
 
     #[test]

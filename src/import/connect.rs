@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use super::Host;
 use super::plan::backend_name;
+use super::{Host, files};
 
 /// How the host reaches toolmux.
 #[derive(Debug, Clone)]
@@ -170,9 +170,11 @@ pub fn write(host: Host, via: &Via, file: &Path, imported: &BTreeSet<String>) ->
     }
     let backup = backup_of(file);
     // The first write keeps the original; later ones leave it be, so --undo always goes back to
-    // the file as it was before toolmux.
+    // the file as it was before toolmux. The copy holds what the host file held (its servers'
+    // tokens, often), so it is never readable by more people than the original was.
     if !backup.exists() {
-        std::fs::write(&backup, before.as_deref().unwrap_or(""))
+        let mode = files::mode_of(file).unwrap_or(files::PRIVATE);
+        files::create_new(&backup, before.as_deref().unwrap_or("").as_bytes(), mode)
             .with_context(|| format!("saving {} as {}", file.display(), backup.display()))?;
     }
     std::fs::write(file, after).with_context(|| format!("writing {}", file.display()))?;

@@ -7,6 +7,7 @@
 //! Nothing read from a host file is printed but names and paths.
 
 pub mod connect;
+mod files;
 pub mod formats;
 pub mod plan;
 pub mod write;
@@ -94,18 +95,23 @@ impl Host {
     /// Where this host keeps its MCP servers on this OS: the user's file first, then the current
     /// folder's project file where the host has one.
     pub fn usual_places(self, dirs: &Dirs) -> Vec<PathBuf> {
+        let mut places = self.user_places(dirs);
+        places.extend(self.project_places(dirs));
+        places
+    }
+
+    /// The user's own files of this host.
+    fn user_places(self, dirs: &Dirs) -> Vec<PathBuf> {
         let home = &dirs.home;
         let app = &dirs.app_data;
         let code_user = app.join("Code").join("User");
         match self {
             Host::ClaudeDesktop => vec![app.join("Claude").join("claude_desktop_config.json")],
-            Host::ClaudeCode => vec![home.join(".claude.json"), dirs.cwd.join(".mcp.json")],
-            Host::Cursor => vec![home.join(".cursor").join("mcp.json"), dirs.cwd.join(".cursor").join("mcp.json")],
-            Host::Vscode => vec![code_user.join("mcp.json"), dirs.cwd.join(".vscode").join("mcp.json")],
+            Host::ClaudeCode => vec![home.join(".claude.json")],
+            Host::Cursor => vec![home.join(".cursor").join("mcp.json")],
+            Host::Vscode => vec![code_user.join("mcp.json")],
             Host::Windsurf => vec![home.join(".codeium").join("windsurf").join("mcp_config.json")],
-            Host::Gemini => {
-                vec![home.join(".gemini").join("settings.json"), dirs.cwd.join(".gemini").join("settings.json")]
-            }
+            Host::Gemini => vec![home.join(".gemini").join("settings.json")],
             Host::Codex => vec![dirs.codex_home.join("config.toml")],
             Host::Cline => vec![
                 code_user
@@ -118,6 +124,23 @@ impl Host {
                 vec![app.join("Block").join("goose").join("config").join("config.yaml")]
             }
             Host::Goose => vec![dirs.config.join("goose").join("config.yaml")],
+        }
+    }
+
+    /// The current folder's project file of this host, which came with the project: whoever can
+    /// commit to it wrote it, so its servers are carried only once the user confirms them (as
+    /// the hosts themselves ask). In the home folder these are the user's own files.
+    pub fn project_places(self, dirs: &Dirs) -> Vec<PathBuf> {
+        if dirs.cwd == dirs.home {
+            return Vec::new();
+        }
+        let cwd = &dirs.cwd;
+        match self {
+            Host::ClaudeCode => vec![cwd.join(".mcp.json")],
+            Host::Cursor => vec![cwd.join(".cursor").join("mcp.json")],
+            Host::Vscode => vec![cwd.join(".vscode").join("mcp.json")],
+            Host::Gemini => vec![cwd.join(".gemini").join("settings.json")],
+            _ => Vec::new(),
         }
     }
 }
@@ -165,6 +188,9 @@ pub struct Found {
     pub servers: Vec<Server>,
     /// Entries that cannot be carried, with why.
     pub skipped: Vec<Skipped>,
+    /// A project folder's file found by looking (see [`Host::project_places`]), not named by
+    /// the user: its servers wait for [`confirm_project_files`].
+    pub project: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -312,6 +338,15 @@ fn braced(text: &str) -> String {
     out
 }
 
+/// `text` with each control character written as its escape (`\n`, `\u{1b}`): what a host file
+/// says, made safe to put in a comment line or print to a terminal.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars().map(|c| if c.is_control() { c.escape_default().collect() } else { c.to_string() }).collect()
+}
+
 /// An environment variable's name for an id or a header: `github-token` → `GITHUB_TOKEN`.
 pub fn var_name(id: &str) -> String {
     let mut out: String = id
@@ -352,12 +387,27 @@ pub fn read_all(paths: &[PathBuf], dirs: &Dirs) -> (Vec<Found>, Vec<(PathBuf, St
                 if host.is_none() {
                     f.host = guess_host(&f);
                 }
+                f.project = paths.is_empty() && f.host.project_places(dirs).contains(&f.path);
                 found.push(f);
             }
             Err(why) => failed.push((path, why)),
         }
     }
     (found, failed)
+}
+
+/// Keeps the servers of each project file that `confirm` accepts; the others are not carried,
+/// and the report says how to carry them.
+pub fn confirm_project_files(found: &mut [Found], mut confirm: impl FnMut(&Found) -> bool) {
+    for f in found.iter_mut().filter(|f| f.project && !f.servers.is_empty()) {
+        if confirm(f) {
+            continue;
+        }
+        let why = "in a project's file, which whoever can commit to the project wrote: carried only once you \
+                   confirm it (asked when run in a terminal), or with --trust-project after reading the file";
+        let held = std::mem::take(&mut f.servers);
+        f.skipped.extend(held.iter().map(|s| Skipped::new(&s.name, why)));
+    }
 }
 
 /// A file named by the user that no host's place matches: labelled by its shape.
@@ -367,12 +417,16 @@ fn guess_host(f: &Found) -> Host {
 
 /// Whether an env variable's name or value says it holds a credential.
 pub fn secret_env(name: &str, value: &str) -> bool {
-    const WORDS: [&str; 14] = [
+    const WORDS: [&str; 18] = [
         "TOKEN",
         "SECRET",
         "PASSWORD",
         "PASSWD",
+        "PASSPHRASE",
         "PASS",
+        "PWD",
+        "CRED",
+        "CREDS",
         "APIKEY",
         "KEY",
         "CREDENTIAL",
@@ -384,7 +438,8 @@ pub fn secret_env(name: &str, value: &str) -> bool {
         "SESSION",
     ];
     let upper = name.to_ascii_uppercase();
-    let named = upper.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| WORDS.contains(&w))
+    // `PWD` alone is the shell's working folder, not a password.
+    let named = (upper != "PWD" && upper.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| WORDS.contains(&w)))
         || upper.contains("API_KEY")
         || upper.contains("ACCESS_KEY")
         || upper.contains("PRIVATE_KEY")

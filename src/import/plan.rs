@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{Found, Server, Skipped, Transport, plain_header, secret_env, secret_value, var_name};
 
 /// What an import will write.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Plan {
     pub backends: Vec<Planned>,
     /// Values for the env file, by variable name (never printed).
@@ -24,7 +24,7 @@ pub struct Plan {
     pub secret_in_config: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Planned {
     /// The backend's name in toolmux.
     pub backend: String,
@@ -55,6 +55,20 @@ pub fn plan(found: &[Found], taken: &BTreeSet<String>, vars: &BTreeMap<String, S
                 p.skipped.push((
                     from.clone(),
                     Skipped::new(&label, format!("the same server as backend `{}` from {}", same.backend, same.from)),
+                ));
+                continue;
+            }
+            if let Some(bad) = bad_variable(original) {
+                p.skipped.push((
+                    from.clone(),
+                    Skipped::new(
+                        &label,
+                        format!(
+                            "it uses `${{{}}}`, and `{}` is not a variable name (letters, digits, `_`)",
+                            bad.escape_default(),
+                            bad.escape_default()
+                        ),
+                    ),
                 ));
                 continue;
             }
@@ -104,6 +118,13 @@ pub fn plan(found: &[Found], taken: &BTreeSet<String>, vars: &BTreeMap<String, S
     p
 }
 
+/// A variable a server refers to whose name no environment or env file can hold (a newline or
+/// an `=` in it would also start a line of its own in the env file).
+fn bad_variable(server: &Server) -> Option<String> {
+    let mut names = server.defaults.keys().chain(server.asks.keys()).cloned().chain(references(&server.transport));
+    names.find(|v| !crate::config::envfile::is_name(v))
+}
+
 /// The `${VAR}` names in a server's env and headers (the caller placeholders left out).
 fn references(t: &Transport) -> Vec<String> {
     let values: Vec<&String> = match t {
@@ -151,16 +172,7 @@ fn move_secrets(backend: &str, server: &mut Server, known: &mut BTreeMap<String,
                     *v = format!("${{{var}}}");
                 }
             }
-            let mut flag = false;
-            for (i, a) in args.iter().enumerate() {
-                let after_flag = i > 0 && secret_flag(&args[i - 1]);
-                let inline =
-                    a.split_once('=').is_some_and(|(k, v)| k.starts_with('-') && secret_flag(k) && !v.is_empty());
-                if secret_value(a) || after_flag || inline {
-                    flag = true;
-                }
-            }
-            if flag {
+            if (0..args.len()).any(|i| secret_arg(args, i)) {
                 p.secret_in_config = true;
                 notes.push(
                     "an argument looks like a secret; it stays in the configuration as written (toolmux passes args \
@@ -194,7 +206,7 @@ fn move_secrets(backend: &str, server: &mut Server, known: &mut BTreeMap<String,
                     }
                 };
             }
-            if secret_value(url) || url.split_once('?').is_some_and(|(_, q)| query_secret(q)) {
+            if secret_url(url) {
                 p.secret_in_config = true;
                 notes.push("its URL looks like it carries a secret; it stays in the configuration as written".into());
             }
@@ -227,6 +239,52 @@ fn claim(known: &mut BTreeMap<String, String>, p: &mut Plan, wanted: &str, fallb
     var
 }
 
+/// Whether the `i`th argument is a secret: one by its look, one after a secret flag, or one
+/// given inline (`--token=…`).
+fn secret_arg(args: &[String], i: usize) -> bool {
+    let a = &args[i];
+    // `--token VALUE`; after `--token=VALUE` the next argument is one of its own.
+    let after_flag = i > 0 && !args[i - 1].contains('=') && secret_flag(&args[i - 1]);
+    let inline = a.split_once('=').is_some_and(|(k, v)| k.starts_with('-') && secret_flag(k) && !v.is_empty());
+    secret_value(a) || after_flag || inline
+}
+
+/// Whether a URL carries a secret: a password, or a query value named like one.
+fn secret_url(url: &str) -> bool {
+    secret_value(url) || url.split_once('?').is_some_and(|(_, q)| query_secret(q))
+}
+
+/// What is printed of a secret that stays in the configuration (`--json`, `--dry-run`).
+pub const NOT_SHOWN: &str = "<a secret, written to the file but not shown>";
+
+impl Plan {
+    /// The plan as it may be printed: the secrets that stay in the configuration (arguments,
+    /// URLs) replaced by [`NOT_SHOWN`]; the rest are `${VAR}` references already.
+    pub fn for_printing(&self) -> Plan {
+        let mut p = self.clone();
+        for b in &mut p.backends {
+            match &mut b.server.transport {
+                Transport::Stdio { args, .. } => {
+                    let secret: Vec<bool> = (0..args.len()).map(|i| secret_arg(args, i)).collect();
+                    for (a, secret) in args.iter_mut().zip(secret) {
+                        if !secret {
+                            continue;
+                        }
+                        // `--token=…` keeps its flag, so the line still reads.
+                        *a = match a.split_once('=') {
+                            Some((flag, _)) if flag.starts_with('-') => format!("{flag}={NOT_SHOWN}"),
+                            _ => NOT_SHOWN.to_string(),
+                        };
+                    }
+                }
+                Transport::Http { url, .. } if secret_url(url) => *url = NOT_SHOWN.to_string(),
+                Transport::Http { .. } => {}
+            }
+        }
+        p
+    }
+}
+
 /// `--token`, `--api-key`, `-p`… flags whose next argument (or `=` value) is a secret.
 fn secret_flag(arg: &str) -> bool {
     let flag = arg.trim_start_matches('-').split('=').next().unwrap_or("").to_ascii_lowercase();
@@ -242,9 +300,11 @@ fn query_secret(query: &str) -> bool {
     })
 }
 
-/// The backends of a plan as JSON: what `toolmux import --json` prints (secrets as `${VAR}`).
+/// The backends of a plan as JSON: what `toolmux import --json` prints (secrets as `${VAR}`, or
+/// not shown where they stay in the configuration).
 pub fn to_json(plan: &Plan) -> serde_json::Value {
     use serde_json::json;
+    let plan = &plan.for_printing();
     let backends: Vec<_> = plan
         .backends
         .iter()

@@ -47,7 +47,7 @@ fn round_trip(files: &[&str], fill: &[(&str, &str)]) -> (Config, plan::Plan, Str
         }
         let mut more = String::new();
         for (var, value) in fill {
-            more.push_str(&crate::config::envfile::line(var, value));
+            more.push_str(&crate::config::envfile::line(var, value).unwrap());
         }
         let mut f = std::fs::OpenOptions::new().append(true).open(&env).unwrap();
         std::io::Write::write_all(&mut f, more.as_bytes()).unwrap();
@@ -253,6 +253,10 @@ fn names_and_secrets() {
     assert!(secret_env("ANYTHING", "ghp_abc"));
     assert!(secret_env("DB", "postgres://u:pw@db/x"));
     assert!(!secret_env("LOG_LEVEL", "info"));
+    for name in ["DB_CRED", "AWS_CREDS", "MYSQL_PWD", "GPG_PASSPHRASE"] {
+        assert!(secret_env(name, "x"), "{name}");
+    }
+    assert!(!secret_env("PWD", "/home/me"), "the shell's working folder");
     assert!(!secret_env("KEYBOARD_LAYOUT", "us"));
     assert!(!secret_value("https://example.com/mcp"));
 }
@@ -292,6 +296,28 @@ mod connect_tests {
         assert_eq!(std::fs::read_to_string(&file).unwrap(), before);
         assert!(!connect::backup_of(&file).exists());
         assert!(connect::undo(&file).unwrap_err().to_string().contains("nothing to undo"));
+    }
+
+    /// The copy `--write` keeps holds the host's secrets: it is never readable by more people
+    /// than the original, and with no original it is the owner's only.
+    #[cfg(unix)]
+    #[test]
+    fn the_backup_is_no_more_readable_than_the_original() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        for mode in [0o600, 0o640, 0o644] {
+            let file = dir.path().join(format!("mcp-{mode:o}.json"));
+            std::fs::write(&file, r#"{"mcpServers": {"github": {"command": "gh", "env": {"T": "ghp_x"}}}}"#).unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            let done = connect::write(Host::Cursor, &stdio_via(), &file, &BTreeSet::new()).unwrap();
+            let backup = std::fs::metadata(&done.backup).unwrap().permissions().mode() & 0o777;
+            // The process's umask may narrow it further; it is never wider.
+            assert_eq!(backup & !mode, 0, "the backup of a file with mode {mode:o} has mode {backup:o}");
+            assert_eq!(backup & 0o600, 0o600, "its owner can still read and write it");
+        }
+        let fresh = dir.path().join("new").join("mcp.json");
+        let done = connect::write(Host::Cursor, &stdio_via(), &fresh, &BTreeSet::new()).unwrap();
+        assert_eq!(std::fs::metadata(&done.backup).unwrap().permissions().mode() & 0o777, 0o600);
     }
 
     #[test]
@@ -338,5 +364,249 @@ mod connect_tests {
         }
         let err = connect::snippet(Host::ClaudeDesktop, &Via::Http { url: "http://x".into(), token_var: None });
         assert!(err.unwrap_err().to_string().contains("stdio"));
+    }
+}
+
+/// Whatever a host file holds, what an import writes reads back as exactly that: names, notes,
+/// projects and VS Code's input descriptions can hold newlines, quotes, brackets and `=`, and
+/// none of it may add a key to the configuration or a variable to the env file (a server named
+/// `x\n[[policy]]` once could). New files and merges alike; the seed is printed, and
+/// `IMPORT_SEED=N` replays one.
+mod arbitrary_text {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+    use crate::import::Transport as Source;
+
+    /// Pieces an attacker would reach for, and plain text around them.
+    const PIECES: [&str; 24] = [
+        "\n",
+        "\r\n",
+        "\r",
+        "\"",
+        "'",
+        "\\",
+        "#",
+        "[[policy]]",
+        "[server]",
+        "=",
+        "${",
+        "}",
+        "mode = \"passthrough\"",
+        "EVIL=1",
+        "\u{0}",
+        "\u{1b}[2J",
+        "\t",
+        "\u{2028}",
+        "é",
+        "\u{202e}",
+        "`",
+        "{",
+        "a b",
+        "x",
+    ];
+
+    fn text(rng: &mut StdRng, nonempty: bool) -> String {
+        let n = rng.random_range(usize::from(nonempty)..6);
+        (0..n).map(|_| PIECES[rng.random_range(0..PIECES.len())]).collect()
+    }
+
+    /// Text a header value can carry (no control characters, which HTTP refuses).
+    fn header_text(rng: &mut StdRng) -> String {
+        text(rng, true).chars().filter(|c| !c.is_control() && *c != '$').collect::<String>() + "v"
+    }
+
+    fn server(rng: &mut StdRng, i: usize) -> Server {
+        let project = rng.random_bool(0.3).then(|| text(rng, true));
+        let mut s = Server::new(&format!("{}{i}", text(rng, false)), project.as_deref());
+        s.transport = if rng.random_bool(0.5) {
+            let env = (0..rng.random_range(0..4))
+                .map(|k| {
+                    (format!("TMXP_{}_{k}", if rng.random_bool(0.5) { "TOKEN" } else { "LEVEL" }), text(rng, true))
+                })
+                .map(|(k, v)| (k, v.replace("${", "$ {")))
+                .collect();
+            Source::Stdio {
+                command: format!("cmd{}", text(rng, false)),
+                args: (0..rng.random_range(0..3)).map(|_| text(rng, false)).collect(),
+                env,
+                cwd: rng.random_bool(0.3).then(|| text(rng, true)),
+            }
+        } else {
+            let headers = (0..rng.random_range(0..3)).map(|k| (format!("X-Tmxp-{k}"), header_text(rng))).collect();
+            Source::Http { url: format!("http://127.0.0.1:9/mcp{i}"), headers, sse: false }
+        };
+        for _ in 0..rng.random_range(0..3) {
+            s.notes.push(text(rng, true));
+        }
+        if rng.random_bool(0.5) {
+            s.asks.insert(format!("TMXP_ASK_{i}"), format!("VS Code input: {}", text(rng, true)));
+        }
+        if rng.random_bool(0.3) {
+            s.only_tools = Some((0..2).map(|_| text(rng, true)).collect());
+        }
+        s
+    }
+
+    /// The configuration's keys, and each backend's, must be only those an import writes.
+    fn assert_no_new_keys(text: &str, backends: usize) {
+        let doc: toml::Table = toml::from_str(text).unwrap();
+        for k in doc.keys() {
+            assert!(
+                ["env_file", "server", "backends", "aggregation"].contains(&k.as_str()),
+                "a new key `{k}`:\n{text}"
+            );
+        }
+        if let Some(server) = doc.get("server").and_then(toml::Value::as_table) {
+            let keys: Vec<&str> = server.keys().map(String::as_str).collect();
+            assert!(keys.iter().all(|k| ["listen", "mode"].contains(k)), "server keys {keys:?}:\n{text}");
+        }
+        let list = doc["backends"].as_array().unwrap();
+        assert_eq!(list.len(), backends, "{text}");
+        let allowed = ["name", "command", "args", "env", "cwd", "url", "transport", "headers", "timeout"];
+        for b in list {
+            for k in b.as_table().unwrap().keys() {
+                assert!(allowed.contains(&k.as_str()), "a new backend key `{k}`:\n{text}");
+            }
+        }
+    }
+
+    fn check(seed: u64, merge: bool) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let servers: Vec<Server> = (0..rng.random_range(1..5)).map(|i| server(&mut rng, i)).collect();
+        let found = vec![Found {
+            host: Host::Cursor,
+            path: PathBuf::from(format!("/tmp/{}", text(&mut rng, true))),
+            servers: servers.clone(),
+            skipped: vec![Skipped::new(&text(&mut rng, true), text(&mut rng, true))],
+            project: false,
+        }];
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("toolmux.toml");
+        let target = if merge {
+            std::fs::write(&config, "[server]\nmode = \"optimizer\"\n").unwrap();
+            write::Target::Into(config.clone())
+        } else {
+            write::Target::New(config.clone())
+        };
+        let plan = write::plan_for(&found, &target).unwrap();
+        assert_eq!(plan.backends.len(), servers.len(), "seed {seed}: {:?}", plan.skipped);
+        let (_, written) = write::write(&plan, &target, false).unwrap();
+        let written = written.unwrap();
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert_no_new_keys(&text, servers.len());
+        if let Some(env) = &written.env_file {
+            let vars = crate::config::envfile::read(env).unwrap();
+            assert_eq!(
+                vars.keys().collect::<Vec<_>>(),
+                plan.env.keys().collect::<Vec<_>>(),
+                "seed {seed}: the env file holds exactly the plan's variables"
+            );
+        }
+        // Nothing the user must fill in is referred to here, so the file loads as it is.
+        let loaded = Config::load(&config).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+        assert_eq!(loaded.backends.len(), servers.len());
+        for (planned, (got, original)) in plan.backends.iter().zip(loaded.backends.iter().zip(&servers)) {
+            assert_eq!(got.name, planned.backend, "seed {seed}");
+            match (&got.transport, &original.transport) {
+                (T::Stdio { command, args, env, cwd, .. }, Source::Stdio { command: c, args: a, env: e, cwd: w }) => {
+                    assert_eq!((command, args), (c, a), "seed {seed}");
+                    assert_eq!(cwd.as_ref().map(|p| p.to_string_lossy().into_owned()), *w, "seed {seed}");
+                    assert_eq!(env, e, "seed {seed}: env values read back unchanged");
+                }
+                (T::Http { url, headers, .. }, Source::Http { url: u, headers: h, .. }) => {
+                    assert_eq!(url, u, "seed {seed}");
+                    assert_eq!(headers, h, "seed {seed}: header values read back unchanged");
+                }
+                other => panic!("seed {seed}: transport changed: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn what_a_host_file_says_never_becomes_configuration() {
+        let seed = std::env::var("IMPORT_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>);
+        println!("IMPORT_SEED={seed}");
+        for i in 0..200 {
+            let s = seed.wrapping_add(i);
+            check(s, i % 2 == 1);
+        }
+    }
+
+    /// A `${NAME:-default}` whose name could end a line of the env file is not carried.
+    #[test]
+    fn a_variable_name_that_could_start_a_line_is_refused() {
+        let mut s = Server::new("srv", None);
+        s.transport = Source::Stdio {
+            command: "srv".into(),
+            args: vec![],
+            env: BTreeMap::from([("A".into(), "${X\nEVIL=1}".into())]),
+            cwd: None,
+        };
+        s.defaults.insert("X\nEVIL=1".into(), "v".into());
+        let found =
+            vec![Found { host: Host::Cursor, path: "/x".into(), servers: vec![s], skipped: vec![], project: false }];
+        let plan = plan::plan(&found, &BTreeSet::new(), &BTreeMap::new());
+        assert!(plan.backends.is_empty());
+        assert!(plan.skipped[0].1.reason.contains("not a variable name"), "{:?}", plan.skipped);
+        assert!(plan.env.is_empty());
+    }
+}
+
+/// A secret that stays in the configuration (an argument, a URL) is written to the file, which
+/// is then readable by its owner only, new or merged, and never printed by `--json` or
+/// `--dry-run`.
+#[test]
+fn secrets_left_in_the_file_are_written_privately_and_never_printed() {
+    use crate::import::Transport as Source;
+    let mut stdio = Server::new("cli", None);
+    stdio.transport = Source::Stdio {
+        command: "tool".into(),
+        args: vec!["--token".into(), "s3cr3t-arg".into(), "--api-key=s3cr3t-inline".into(), "plain".into()],
+        env: BTreeMap::new(),
+        cwd: None,
+    };
+    let mut http = Server::new("remote", None);
+    http.transport = Source::Http {
+        url: "https://me:s3cr3t-pw@example.com/mcp?key=s3cr3t-q".into(),
+        headers: BTreeMap::new(),
+        sse: false,
+    };
+    let found = vec![Found {
+        host: Host::Cursor,
+        path: "/x".into(),
+        servers: vec![stdio, http],
+        skipped: vec![],
+        project: false,
+    }];
+    let secrets = ["s3cr3t-arg", "s3cr3t-inline", "s3cr3t-pw", "s3cr3t-q"];
+    for merge in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("toolmux.toml");
+        let target = if merge {
+            std::fs::write(&config, "[server]\nmode = \"optimizer\"\n").unwrap();
+            write::Target::Into(config.clone())
+        } else {
+            write::Target::New(config.clone())
+        };
+        let plan = write::plan_for(&found, &target).unwrap();
+        assert!(plan.secret_in_config);
+        let json = plan::to_json(&plan).to_string();
+        let (dry, _) = write::write(&plan, &target, true).unwrap();
+        for s in secrets {
+            assert!(!json.contains(s), "--json printed {s}: {json}");
+            assert!(!dry.contains(s), "--dry-run printed {s}: {dry}");
+        }
+        assert!(json.contains("plain") && dry.contains("--api-key="), "{dry}");
+        write::write(&plan, &target, false).unwrap();
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(secrets.iter().all(|s| text.contains(s)), "the file keeps what the host ran: {text}");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&config).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "merge {merge}");
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 
 use super::plan::Plan;
-use super::{Transport, plan};
+use super::{Transport, files, plan};
 use crate::config::envfile;
 
 /// Where an import goes.
@@ -64,6 +64,14 @@ fn env_file_for(config: &Path) -> PathBuf {
 
 /// Writes the plan; with `dry_run` only returns the TOML that would be written (or appended).
 pub fn write(plan: &Plan, target: &Target, dry_run: bool) -> anyhow::Result<(String, Option<Written>)> {
+    // What a dry run returns is printed: the secrets that stay in the file are not shown.
+    let printed;
+    let plan = if dry_run {
+        printed = plan.for_printing();
+        &printed
+    } else {
+        plan
+    };
     let needs_env = !plan.env.is_empty() || !plan.asks.is_empty();
     match target {
         Target::New(path) => {
@@ -87,7 +95,8 @@ pub fn write(plan: &Plan, target: &Target, dry_run: bool) -> anyhow::Result<(Str
             if needs_env {
                 append_env(&env_path, plan)?;
             }
-            create(path, text.as_bytes(), plan.secret_in_config)?;
+            let mode = if plan.secret_in_config { files::PRIVATE } else { files::SHARED };
+            files::create_new(path, text.as_bytes(), mode)?;
             Ok((text, Some(Written { config: path.clone(), env_file: needs_env.then_some(env_path), backup: None })))
         }
         Target::Into(path) => {
@@ -123,6 +132,10 @@ pub fn write(plan: &Plan, target: &Target, dry_run: bool) -> anyhow::Result<(Str
             if needs_env && let Some(env) = &env_path {
                 append_env(env, plan)?;
             }
+            // Private before the secret is in it.
+            if plan.secret_in_config {
+                files::make_private(path)?;
+            }
             std::fs::write(path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
             Ok((
                 added,
@@ -150,21 +163,6 @@ fn check_toml(text: &str) -> anyhow::Result<()> {
     toml::from_str::<toml::Table>(text).map(drop).map_err(|e| anyhow::anyhow!("{}", e.message()))
 }
 
-/// Creates a file that did not exist, readable by its owner only when `private`.
-fn create(path: &Path, bytes: &[u8], private: bool) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    if private {
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    }
-    #[cfg(not(unix))]
-    let _ = private;
-    let mut f = options.open(path).with_context(|| format!("creating {}", path.display()))?;
-    f.write_all(bytes).with_context(|| format!("writing {}", path.display()))
-}
-
 /// Adds the plan's variables to an env file, creating it readable by its owner only.
 fn append_env(path: &Path, plan: &Plan) -> anyhow::Result<()> {
     use std::io::Write;
@@ -174,10 +172,12 @@ fn append_env(path: &Path, plan: &Plan) -> anyhow::Result<()> {
         text.push_str("# Readable by you only; toolmux refuses it otherwise. Never commit it.\n");
     }
     for (var, value) in &plan.env {
-        text.push_str(&envfile::line(var, value));
+        text.push_str(&envfile::line(var, value).map_err(anyhow::Error::msg)?);
     }
     for (var, what) in &plan.asks {
-        let _ = writeln!(text, "# Fill in, then uncomment: {what}\n# {var}=");
+        envfile::line(var, "").map_err(anyhow::Error::msg)?;
+        comment(&mut text, &format!("Fill in, then uncomment: {what}"));
+        let _ = writeln!(text, "# {var}=");
     }
     let mut options = std::fs::OpenOptions::new();
     options.append(true).create(true);
@@ -224,12 +224,13 @@ fn blocks(plan: &Plan) -> String {
     let mut t = String::new();
     for b in &plan.backends {
         let s = &b.server;
-        let _ = writeln!(t, "\n# `{}` from {}", s.name, b.from);
+        t.push('\n');
+        comment(&mut t, &format!("`{}` from {}", s.name, b.from));
         if let Some(project) = &s.project {
-            let _ = writeln!(t, "# (the project {project})");
+            comment(&mut t, &format!("(the project {project})"));
         }
         for note in &s.notes {
-            let _ = writeln!(t, "# note: {note}");
+            comment(&mut t, &format!("note: {note}"));
         }
         let _ = writeln!(t, "[[backends]]\nname = {}", quote(&b.backend));
         match &s.transport {
@@ -261,7 +262,8 @@ fn blocks(plan: &Plan) -> String {
     }
     for b in plan.backends.iter().filter(|b| b.server.only_tools.is_some()) {
         let tools = b.server.only_tools.as_deref().unwrap_or_default();
-        let _ = writeln!(t, "\n# The tools the host allowed `{}` to offer.", b.server.name);
+        t.push('\n');
+        comment(&mut t, &format!("The tools the host allowed `{}` to offer.", b.server.name));
         let _ = writeln!(
             t,
             "[[aggregation.tools]]\nbackend = {}\nfilter = [{}]",
@@ -270,6 +272,15 @@ fn blocks(plan: &Plan) -> String {
         );
     }
     t
+}
+
+/// One comment line of `text`, which may come from a host file: each control character (a
+/// newline would end the comment and let the rest be read as TOML or as an env-file line; TOML
+/// refuses the others in comments) is written as its escape, so the comment stays one line.
+fn comment(t: &mut String, text: &str) {
+    t.push_str("# ");
+    t.push_str(&super::printable(text));
+    t.push('\n');
 }
 
 /// A TOML basic string.
@@ -289,78 +300,94 @@ fn inline(map: &BTreeMap<String, String>) -> String {
     format!("{{ {} }}", pairs.join(", "))
 }
 
-/// The report printed after an import: names, paths and counts; never a value.
+/// The report printed after an import: names, paths and counts; never a value. What a host
+/// file named is printed with its control characters escaped (see [`say`]).
 pub fn report(found: &[super::Found], failed: &[(PathBuf, String)], plan: &Plan, written: Option<&Written>) -> String {
     let mut r = String::new();
     for f in found {
         let names: Vec<&str> = f.servers.iter().map(|s| s.name.as_str()).collect();
-        let _ = writeln!(
-            r,
-            "read {} ({}): {} server{}{}",
-            f.host.title(),
-            f.path.display(),
-            names.len(),
-            if names.len() == 1 { "" } else { "s" },
-            if names.is_empty() { String::new() } else { format!(": {}", names.join(", ")) }
+        say(
+            &mut r,
+            format_args!(
+                "read {} ({}): {} server{}{}",
+                f.host.title(),
+                f.path.display(),
+                names.len(),
+                if names.len() == 1 { "" } else { "s" },
+                if names.is_empty() { String::new() } else { format!(": {}", names.join(", ")) }
+            ),
         );
     }
     for (path, why) in failed {
-        let _ = writeln!(r, "could not read {}: {why}", path.display());
+        say(&mut r, format_args!("could not read {}: {why}", path.display()));
     }
     if let Some(w) = written {
         let names: Vec<&str> = plan.backends.iter().map(|b| b.backend.as_str()).collect();
-        let _ = writeln!(
-            r,
-            "wrote {}: {} backend{} ({})",
-            w.config.display(),
-            names.len(),
-            if names.len() == 1 { "" } else { "s" },
-            names.join(", ")
+        say(
+            &mut r,
+            format_args!(
+                "wrote {}: {} backend{} ({})",
+                w.config.display(),
+                names.len(),
+                if names.len() == 1 { "" } else { "s" },
+                names.join(", ")
+            ),
         );
         if let Some(b) = &w.backup {
-            let _ = writeln!(r, "  the file as it was is in {}", b.display());
+            say(&mut r, format_args!("  the file as it was is in {}", b.display()));
         }
         if let Some(env) = &w.env_file {
             let vars: Vec<&str> = plan.env.keys().map(String::as_str).collect();
             if !vars.is_empty() {
-                let _ = writeln!(r, "wrote {} (readable by you only): {}", env.display(), vars.join(", "));
+                say(&mut r, format_args!("wrote {} (readable by you only): {}", env.display(), vars.join(", ")));
             }
             if !plan.asks.is_empty() {
-                let _ = writeln!(r, "fill in {} before starting:", env.display());
+                say(&mut r, format_args!("fill in {} before starting:", env.display()));
                 for (var, what) in &plan.asks {
-                    let _ = writeln!(r, "  {var}: {what}");
+                    say(&mut r, format_args!("  {var}: {what}"));
                 }
             }
         }
         if !plan.from_env.is_empty() {
             let vars: Vec<&str> = plan.from_env.iter().map(String::as_str).collect();
-            let _ = writeln!(
-                r,
-                "set in toolmux's environment (or its env file), as the hosts expected: {}",
-                vars.join(", ")
+            say(
+                &mut r,
+                format_args!(
+                    "set in toolmux's environment (or its env file), as the hosts expected: {}",
+                    vars.join(", ")
+                ),
             );
         }
         if plan.secret_in_config {
-            let _ =
-                writeln!(r, "  a secret stayed in {} (see its notes); it is readable by you only", w.config.display());
+            say(
+                &mut r,
+                format_args!("  a secret stayed in {} (see its notes); it is readable by you only", w.config.display()),
+            );
         }
     }
     if !plan.skipped.is_empty() {
-        let _ = writeln!(r, "not carried over:");
+        say(&mut r, format_args!("not carried over:"));
         for (from, s) in &plan.skipped {
-            let _ = writeln!(r, "  {} from {from}: {}", s.name, s.reason);
+            say(&mut r, format_args!("  {} from {from}: {}", s.name, s.reason));
         }
     }
     let noted: Vec<_> = plan.backends.iter().filter(|b| !b.server.notes.is_empty()).collect();
     if !noted.is_empty() {
-        let _ = writeln!(r, "read these notes (also in the file):");
+        say(&mut r, format_args!("read these notes (also in the file):"));
         for b in noted {
             for n in &b.server.notes {
-                let _ = writeln!(r, "  {}: {n}", b.backend);
+                say(&mut r, format_args!("  {}: {n}", b.backend));
             }
         }
     }
     r
+}
+
+/// One line of the report: a name from a host file could hold a newline (a line of its own
+/// making) or a terminal's escape sequence, so every control character is printed escaped.
+fn say(r: &mut String, line: std::fmt::Arguments<'_>) {
+    r.push_str(&super::printable(&line.to_string()));
+    r.push('\n');
 }
 
 /// Re-exported for the command: plan against a target.

@@ -299,6 +299,43 @@ fn import_then_connect_then_undo() {
     assert_eq!(std::fs::read_to_string(&cursor).unwrap(), before);
 }
 
+/// A project folder's `.mcp.json` came with the project: `import` carries its servers only once
+/// the user confirms them (no terminal here, so no), or with `--trust-project`.
+#[test]
+fn a_project_files_servers_wait_for_the_users_word() {
+    let home = tempfile::tempdir().unwrap();
+    let project = tempfile::tempdir().unwrap();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hosts");
+    std::fs::copy(fixtures.join("claude-code/.mcp.json"), project.path().join(".mcp.json")).unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .current_dir(project.path())
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join(".config"))
+            .env_remove("CODEX_HOME")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (ok, held) = run(&["import", "--json"]);
+    assert!(ok, "{held}");
+    let held: Value = serde_json::from_str(&held).unwrap();
+    assert_eq!(held["backends"].as_array().unwrap().len(), 0, "carried without asking: {held}");
+    let skipped = held["skipped"].as_array().unwrap();
+    assert!(!skipped.is_empty() && skipped.iter().all(|s| s["reason"].as_str().unwrap().contains("--trust-project")));
+    let (ok, trusted) = run(&["import", "--json", "--trust-project"]);
+    assert!(ok, "{trusted}");
+    let trusted: Value = serde_json::from_str(&trusted).unwrap();
+    assert_eq!(trusted["backends"].as_array().unwrap().len(), skipped.len(), "{trusted}");
+    // A file the user names is their word already.
+    let (ok, named) = run(&["import", "--json", ".mcp.json"]);
+    assert!(ok, "{named}");
+    let names = |v: &Value| v["backends"].as_array().unwrap().iter().map(|b| b["name"].clone()).collect::<Vec<_>>();
+    assert_eq!(names(&serde_json::from_str(&named).unwrap()), names(&trusted));
+}
+
 #[test]
 fn import_with_nothing_to_read_says_where_it_looked() {
     let home = tempfile::tempdir().unwrap();
