@@ -16,7 +16,13 @@ pub(crate) fn write_whole(path: &std::path::Path, bytes: &[u8]) -> anyhow::Resul
 
     use anyhow::Context;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // What is written here is the user's own state (grants, what find_tool learned, the tool
+    // ledger): a folder made for it is theirs only.
+    let mut folders = std::fs::DirBuilder::new();
+    folders.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut folders, 0o700);
+    folders.create(dir).with_context(|| format!("creating {}", dir.display()))?;
     // A name of its own per write: two writers (two processes on one file) never share a
     // half-written temporary. Readable by the owner only, as the file it replaces.
     let mut tmp = path.as_os_str().to_owned();

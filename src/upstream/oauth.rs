@@ -288,12 +288,24 @@ pub async fn login(
     let auth_url = session.get_authorization_url().to_string();
 
     println!("Log in to `{backend}` in your browser:\n\n  {auth_url}\n");
-    if matches!(browser, Browser::Open) && !open_browser(&auth_url) {
-        println!("(no browser could be opened here: open the URL above yourself)");
+    if matches!(browser, Browser::Open) {
+        match openable(&auth_url) {
+            Err(why) => println!("(not opened: {why}; open it yourself only if you trust it)"),
+            Ok(()) if !open_browser(&auth_url) => {
+                println!("(no browser could be opened here: open the URL above yourself)")
+            }
+            Ok(()) => {}
+        }
     }
     println!("Waiting for the redirect to {redirect_uri} (up to {}s)…", timeout.as_secs());
 
-    let callback = tokio::time::timeout(timeout, redirect(&listener))
+    // The redirect must carry the state this login sent; anything else reaching the port (a page
+    // that knows it, a stale tab) is answered and ignored, and the login goes on waiting.
+    let state = reqwest::Url::parse(&auth_url)
+        .ok()
+        .and_then(|u| u.query_pairs().find(|(k, _)| k == "state").map(|(_, v)| v.into_owned()))
+        .context("the authorization URL carries no state")?;
+    let callback = tokio::time::timeout(timeout, redirect(&listener, &state))
         .await
         .map_err(|_| anyhow::anyhow!("no login within {}s; run the command again", timeout.as_secs()))??;
     session
@@ -304,8 +316,9 @@ pub async fn login(
     Ok(file)
 }
 
-/// Waits for the browser's redirect on `listener` and answers it; returns the full callback URL.
-async fn redirect(listener: &tokio::net::TcpListener) -> anyhow::Result<String> {
+/// Waits for the browser's redirect on `listener` that carries `state` and answers it; returns
+/// the full callback URL. A callback with another state (or none) gets 400 and changes nothing.
+async fn redirect(listener: &tokio::net::TcpListener, state: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     loop {
         let (mut stream, _) = listener.accept().await?;
@@ -328,6 +341,19 @@ async fn redirect(listener: &tokio::net::TcpListener) -> anyhow::Result<String> 
             let _ = stream.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
             continue;
         }
+        let query = target.split_once('?').map_or("", |(_, q)| q);
+        let mut params = form_urlencoded::parse(query.as_bytes());
+        if !params.any(|(k, v)| k == "state" && v == state) {
+            tracing::warn!("a login callback with the wrong state was refused; still waiting for the right one");
+            let body = "toolmux: this callback does not belong to the login in progress; it was ignored.";
+            let response = format!(
+                "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            continue;
+        }
         let failed = target.contains("error=");
         let body = if failed {
             "toolmux: the authorization server refused the login. See the terminal."
@@ -340,7 +366,6 @@ async fn redirect(listener: &tokio::net::TcpListener) -> anyhow::Result<String> 
         );
         let _ = stream.write_all(response.as_bytes()).await;
         if failed {
-            let query = target.split_once('?').map_or("", |(_, q)| q);
             let error: Vec<String> = form_urlencoded::parse(query.as_bytes())
                 .filter(|(k, _)| k == "error" || k == "error_description")
                 .map(|(_, v)| v.into_owned())
@@ -349,6 +374,26 @@ async fn redirect(listener: &tokio::net::TcpListener) -> anyhow::Result<String> 
         }
         return Ok(format!("http://127.0.0.1{target}"));
     }
+}
+
+/// Whether the authorization URL may go to the system's URL handler. It comes from the
+/// authorization server's metadata, which whoever runs the backend writes: a `file:`, `smb:` or
+/// application-scheme URL would make the OS open a local file or start a program. Only `https`,
+/// and `http` to this machine, are a web page to log in on.
+fn openable(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("the authorization URL does not parse ({e})"))?;
+    match parsed.scheme() {
+        "https" => Ok(()),
+        "http" if is_loopback(&parsed) => Ok(()),
+        "http" => Err("the authorization server's login page is plain http to another machine".into()),
+        other => Err(format!("its scheme is `{other}`, not https")),
+    }
+}
+
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let host = url.host_str().unwrap_or("");
+    let ip = host.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>();
+    host.eq_ignore_ascii_case("localhost") || ip.is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Opens `url` in the system browser; false where there is none to open.
@@ -395,12 +440,37 @@ mod tests {
         {
             use std::os::unix::fs::PermissionsExt;
             assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+            let folder = std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777;
+            assert_eq!(folder, 0o700, "the folder the grants are kept in is the user's only");
         }
         std::fs::write(&path, "not json").unwrap();
         let err = store.load().await.unwrap_err().to_string();
         assert!(err.contains("log in again"), "{err}");
         store.clear().await.unwrap();
         assert!(store.load().await.unwrap().is_none());
+    }
+
+    #[test]
+    fn only_a_web_page_is_handed_to_the_browser() {
+        for ok in [
+            "https://auth.example/authorize?x=1",
+            "http://127.0.0.1:9/authorize",
+            "http://localhost/a",
+            "http://[::1]/a",
+        ] {
+            assert_eq!(openable(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("file:///etc/passwd", "`file`"),
+            ("smb://host/share", "`smb`"),
+            ("vscode://x/y", "`vscode`"),
+            ("javascript:alert(1)", "`javascript`"),
+            ("http://auth.example/authorize", "plain http"),
+            ("http://127.0.0.1.evil.example/a", "plain http"),
+        ] {
+            let err = openable(bad).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod groups;
 mod health;
 mod http;
 mod integrity;
+mod login;
 mod ops;
 mod optimizer;
 #[cfg(feature = "otlp")]

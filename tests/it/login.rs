@@ -1,0 +1,225 @@
+//! `toolmux login` against an authorization server the test runs on 127.0.0.1: discovery from
+//! the backend's 401, dynamic registration, the browser redirect, the code exchange. What is
+//! checked is what a hostile page or server could try: a forged callback (wrong `state`) is
+//! refused while the login goes on waiting, and a login page that is not a web page (`file:`)
+//! is never handed to the system's URL opener.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+const BIN: &str = env!("CARGO_BIN_EXE_toolmux");
+
+/// The authorization server's state: where its login page is, and the codes it exchanged.
+#[derive(Clone)]
+struct Server {
+    base: String,
+    authorization_endpoint: String,
+    exchanged: Arc<Mutex<Vec<String>>>,
+}
+
+/// Starts an MCP endpoint that wants OAuth (`/mcp`) and its authorization server, at one
+/// address; `page` is the login page's URL, `{base}` replaced by the server's own.
+async fn authorization_server(page: &str) -> (Server, SocketAddr) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let base = format!("http://{addr}");
+    let server = Server { authorization_endpoint: page.replace("{base}", &base), base, exchanged: Arc::default() };
+    let app = Router::new()
+        .route("/mcp", post(challenge))
+        .route("/.well-known/oauth-protected-resource/mcp", get(resource))
+        .route("/.well-known/oauth-protected-resource", get(resource))
+        .route("/.well-known/oauth-authorization-server", get(metadata))
+        .route("/register", post(register))
+        .route("/authorize", get(authorize))
+        .route("/token", post(token))
+        .with_state(server.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (server, addr)
+}
+
+async fn challenge(State(s): State<Server>) -> Response {
+    let value = format!("Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"", s.base);
+    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, value)]).into_response()
+}
+
+async fn resource(State(s): State<Server>) -> Json<Value> {
+    Json(json!({ "resource": format!("{}/mcp", s.base), "authorization_servers": [s.base] }))
+}
+
+async fn metadata(State(s): State<Server>) -> Json<Value> {
+    Json(json!({
+        "issuer": s.base,
+        "authorization_endpoint": s.authorization_endpoint,
+        "token_endpoint": format!("{}/token", s.base),
+        "registration_endpoint": format!("{}/register", s.base),
+        "response_types_supported": ["code"],
+        "grant_types_supported": ["authorization_code", "refresh_token"],
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["none"],
+    }))
+}
+
+async fn register(Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
+    let answer = json!({
+        "client_id": "login-test-client",
+        "redirect_uris": body["redirect_uris"],
+        "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+    });
+    (StatusCode::CREATED, Json(answer))
+}
+
+/// The user "logs in" at once: back to the redirect URI with a code and the login's state.
+async fn authorize(Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+    let mut to = reqwest::Url::parse(&q["redirect_uri"]).unwrap();
+    to.query_pairs_mut().append_pair("code", "the-code").append_pair("state", &q["state"]);
+    (StatusCode::FOUND, [(header::LOCATION, to.to_string())]).into_response()
+}
+
+async fn token(State(s): State<Server>, _h: HeaderMap, body: String) -> Json<Value> {
+    let code = form_urlencoded::parse(body.as_bytes()).find(|(k, _)| k == "code").map(|(_, v)| v.into_owned());
+    s.exchanged.lock().unwrap().push(code.unwrap_or_default());
+    Json(json!({ "access_token": "at-1", "token_type": "Bearer", "expires_in": 3600, "refresh_token": "rt-1" }))
+}
+
+/// A configuration with one OAuth backend at `addr`, and a folder for its grant.
+fn setup(addr: SocketAddr) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    std::fs::write(
+        &config,
+        format!("[[backends]]\nname = \"tracker\"\nurl = \"http://{addr}/mcp\"\nauth = \"oauth\"\n"),
+    )
+    .unwrap();
+    (dir, config)
+}
+
+/// `toolmux login tracker`, its state folder in `dir`, with `path` first on PATH.
+fn login(dir: &Path, config: &Path, extra: &[&str], path: Option<&Path>) -> tokio::process::Child {
+    let mut command = tokio::process::Command::new(BIN);
+    command
+        .args(["login", "tracker", "--config", config.to_str().unwrap()])
+        .args(extra)
+        .env("TOOLMUX_CONFIG_DIR", dir.join("state"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(p) = path {
+        let old = std::env::var_os("PATH").unwrap_or_default();
+        let mut paths = vec![p.to_path_buf()];
+        paths.extend(std::env::split_paths(&old));
+        command.env("PATH", std::env::join_paths(paths).unwrap());
+    }
+    command.spawn().unwrap()
+}
+
+/// Reads the child's stdout up to the printed authorization URL; returns it and what came before.
+async fn auth_url(child: &mut tokio::process::Child) -> (String, Vec<String>) {
+    let out = child.stdout.as_mut().unwrap();
+    let mut lines = BufReader::new(out).lines();
+    let mut seen = Vec::new();
+    let wait = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let t = line.trim().to_string();
+            seen.push(line);
+            if t.contains("authorize") || t.starts_with("file:") {
+                return t;
+            }
+        }
+        panic!("no authorization URL: {seen:?}");
+    };
+    let url = tokio::time::timeout(std::time::Duration::from_secs(30), wait).await.expect("the URL is printed");
+    let mut rest = Vec::new();
+    // What follows the URL up to the "Waiting" line (the opener's verdict).
+    while let Ok(Ok(Some(line))) = tokio::time::timeout(std::time::Duration::from_secs(10), lines.next_line()).await {
+        let waiting = line.starts_with("Waiting");
+        rest.push(line);
+        if waiting {
+            break;
+        }
+    }
+    (url, rest)
+}
+
+#[tokio::test]
+async fn a_callback_with_the_wrong_state_is_refused_and_the_login_waits_for_the_right_one() {
+    let (server, addr) = authorization_server("{base}/authorize").await;
+    let (dir, config) = setup(addr);
+    let mut child = login(dir.path(), &config, &["--no-browser", "--timeout", "60s"], None);
+    let (url, _) = auth_url(&mut child).await;
+    let parsed = reqwest::Url::parse(&url).unwrap();
+    let param = |k: &str| parsed.query_pairs().find(|(n, _)| n == k).map(|(_, v)| v.into_owned()).unwrap();
+    let (redirect, state) = (param("redirect_uri"), param("state"));
+    let http = reqwest::Client::new();
+    for forged in [
+        format!("{redirect}?code=forged&state=not-{state}"),
+        format!("{redirect}?code=forged"),
+        format!("{redirect}?error=access_denied&state=forged"),
+    ] {
+        let r = http.get(&forged).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{forged}");
+        assert!(r.text().await.unwrap().contains("ignored"));
+    }
+    assert!(child.try_wait().unwrap().is_none(), "the login ended on a forged callback");
+    assert!(server.exchanged.lock().unwrap().is_empty(), "a forged code was exchanged");
+    // The real redirect, through the authorization server's page.
+    let r = http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("logged in"));
+    let out =
+        tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(*server.exchanged.lock().unwrap(), ["the-code"]);
+    let grants: Vec<_> = std::fs::read_dir(dir.path().join("state/oauth")).unwrap().collect();
+    assert_eq!(grants.len(), 1);
+}
+
+/// A fake system URL opener (`xdg-open`, and `open` as macOS names it) that records what it
+/// was asked to open.
+#[cfg(unix)]
+fn fake_opener(dir: &Path) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let opened = dir.join("opened");
+    for name in ["xdg-open", "open"] {
+        let script = bin.join(name);
+        std::fs::write(&script, format!("#!/bin/sh\nprintf '%s\\n' \"$@\" >> '{}'\n", opened.display())).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    (bin, opened)
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_login_page_that_is_not_a_web_page_is_never_opened() {
+    for (page, opens) in [("file:///etc/passwd", false), ("{base}/authorize", true)] {
+        let (_server, addr) = authorization_server(page).await;
+        let (dir, config) = setup(addr);
+        let (bin, opened) = fake_opener(dir.path());
+        let mut child = login(dir.path(), &config, &["--timeout", "2s"], Some(&bin));
+        let (url, said) = auth_url(&mut child).await;
+        let out =
+            tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
+        assert!(!out.status.success(), "nobody logged in, so the login times out");
+        let recorded = std::fs::read_to_string(&opened).unwrap_or_default();
+        if opens {
+            assert_eq!(recorded.trim(), url, "an https-or-loopback page is opened: {said:?}");
+        } else {
+            assert!(recorded.is_empty(), "the opener was handed {recorded}");
+            assert!(said.iter().any(|l| l.contains("not opened: its scheme is `file`")), "{said:?}");
+            assert!(url.starts_with("file:"), "the URL is still printed for the user to judge: {url}");
+        }
+    }
+}
