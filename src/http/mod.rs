@@ -348,11 +348,13 @@ impl Edge {
         })
     }
 
-    /// A session-less `tools/call` whose `Mcp-Param-*` headers do not match its arguments, for
-    /// the tool as the caller's own scope has it: 400 with JSON-RPC -32020 ([`params`]).
+    /// A `tools/call` of a revision with `Mcp-Param-*` headers whose headers do not match its
+    /// arguments, for the tool as the caller's own scope has it: 400 with JSON-RPC -32020
+    /// ([`params`]). Such revisions have no sessions, so an `Mcp-Session-Id` sent beside one
+    /// changes nothing: the check is never skipped for it.
     fn param_headers(&self, parts: &axum::http::request::Parts, bytes: &[u8]) -> Option<Response> {
         let revision = parts.headers.get("mcp-protocol-version").and_then(|v| v.to_str().ok())?;
-        if revision < params::FIRST_REVISION || parts.headers.contains_key(SESSION_HEADER) {
+        if revision < params::FIRST_REVISION {
             return None;
         }
         let message: serde_json::Value = serde_json::from_slice(bytes).ok()?;

@@ -444,5 +444,23 @@ async fn param_headers_are_checked_for_the_callers_own_tool() {
     // Bob may not use the tool: what he hears is that it does not exist, whatever his header.
     let (_, body) = post("bob", Some("us-east")).await;
     assert!(!body.contains("-32020") && body.contains("not found"), "{body}");
+    // A session id beside a 2026-07-28 request does not waive the check.
+    let mut auth = reqwest::header::HeaderMap::new();
+    auth.insert("authorization", "Bearer alice".parse().unwrap());
+    let alice = reqwest::Client::builder().default_headers(auth).build().unwrap();
+    let session = open_session(&alice, &url).await;
+    let r = alice
+        .post(&url)
+        .header("accept", ACCEPT)
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-session-id", &session)
+        .header("mcp-param-region", "us-east")
+        .json(&json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                      "params": {"name": "geo_region", "arguments": {"region": "eu-west"}}}))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = (r.status().as_u16(), r.text().await.unwrap());
+    assert!(status == 400 && body.contains("-32020"), "a session header skipped the check: {status} {body}");
     app.shutdown().await;
 }
