@@ -25,7 +25,8 @@
 //! demo backends; `eval` the retrieval evaluation; `simd` the one
 //! macro that compiles numeric loops for wider vector units, used by `embed` and `index`, and
 //! the name of the vector path this CPU runs; `redact` takes secrets out of error text before
-//! it is logged or shown.
+//! it is logged or shown; `memory` and `descriptors` are what the process holds (freed heap
+//! handed back; the descriptor limit, raised at start).
 
 pub mod app;
 pub mod auth;
@@ -33,6 +34,7 @@ pub mod catalog;
 pub mod config;
 pub mod console;
 pub mod demo;
+pub mod descriptors;
 pub mod embed;
 pub mod eval;
 pub mod health;

@@ -274,6 +274,9 @@ fn main() -> ExitCode {
         }
     }
     let _traces = init_logging(cli.log_level.as_deref());
+    if matches!(cli.command, Command::Serve { .. } | Command::Demo { .. }) {
+        toolmux::descriptors::raise();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli.command)) {
         Ok(code) => code,

@@ -75,6 +75,22 @@ pub struct Mode {
     pub mode: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Reason {
+    pub reason: &'static str,
+}
+
+/// What the accept loop counts (`http::serve`), shared with it.
+#[derive(Clone, Default)]
+pub struct Connections {
+    /// Open HTTP connections.
+    pub open: Gauge,
+    /// Connections answered 503 and closed at once: `descriptors` (the process's limit).
+    pub refused: Family<Reason, Counter>,
+    /// Connections the gateway closed: `header_timeout` (headers not complete in time).
+    pub cut: Family<Reason, Counter>,
+}
+
 /// Latency buckets from 100 µs to about 26 s.
 fn seconds() -> Histogram {
     Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0001, 4.0, 10))
@@ -116,6 +132,9 @@ pub struct Metrics {
     pub sessionless_principals: Gauge,
     pub sessionless_evicted: Counter,
     pub sessionless_refused: Counter,
+    pub connections: Connections,
+    pub descriptor_limit: Gauge,
+    pub descriptors_open: Gauge,
     /// The last minutes, for the console's plots.
     pub traffic: traffic::Traffic,
 }
@@ -164,6 +183,9 @@ impl Metrics {
             sessionless_principals: Gauge::default(),
             sessionless_evicted: Counter::default(),
             sessionless_refused: Counter::default(),
+            connections: Connections::default(),
+            descriptor_limit: Gauge::default(),
+            descriptors_open: Gauge::default(),
             traffic: traffic::Traffic::new(),
         };
         r.register("requests", "MCP requests answered, by method and outcome", m.requests.clone());
@@ -247,6 +269,19 @@ impl Metrics {
             "Session-less requests refused because every principal's backend sessions were in use",
             m.sessionless_refused.clone(),
         );
+        r.register("connections_open", "Open HTTP connections", m.connections.open.clone());
+        r.register(
+            "connections_refused",
+            "Connections answered 503 and closed at once, by reason (descriptors: the process's limit)",
+            m.connections.refused.clone(),
+        );
+        r.register(
+            "connections_cut",
+            "Connections the gateway closed, by reason (header_timeout: server.header_timeout)",
+            m.connections.cut.clone(),
+        );
+        r.register("descriptor_limit", "The process's file descriptor limit (soft)", m.descriptor_limit.clone());
+        r.register("descriptors_open", "File descriptors the process holds", m.descriptors_open.clone());
         *m.registry.lock().expect("registry lock") = r;
         m
     }

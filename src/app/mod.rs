@@ -200,6 +200,7 @@ impl App {
             let limits = crate::http::serve::Limits {
                 max_connections: config.server.limits.max_connections,
                 header_timeout: config.server.limits.header_timeout,
+                counters: gateway.metrics.connections.clone(),
             };
             tasks.spawn(crate::http::serve::serve(listener, router, limits, ct.clone()));
             Some(addr)

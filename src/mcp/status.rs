@@ -39,6 +39,8 @@ pub struct Status {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub learning: Option<LearningStatus>,
     pub reload: ReloadLog,
+    /// The process's descriptor limit and how many are open (`descriptors`).
+    pub descriptors: crate::descriptors::Descriptors,
 }
 
 #[derive(Debug, Serialize)]
@@ -211,6 +213,7 @@ impl Gateway {
                 tools: l.tools(),
             }),
             reload: self.reloads.lock().expect("reload log").clone(),
+            descriptors: crate::descriptors::current(),
         }
     }
 }
@@ -269,6 +272,8 @@ impl Gateway {
         m.sessionless_principals.set(held as i64);
         metrics::catch_up(&m.sessionless_evicted, evicted);
         metrics::catch_up(&m.sessionless_refused, refused);
+        m.descriptor_limit.set(status.descriptors.limit.map_or(-1, |n| n.min(i64::MAX as u64) as i64));
+        m.descriptors_open.set(status.descriptors.open.map_or(-1, |n| n as i64));
         if let Some(store) = &status.sessions.store {
             m.session_store_up.set(i64::from(store.state == "up"));
             m.session_store_pending.set(store.pending_writes as i64);
@@ -345,6 +350,10 @@ pub fn table(s: &serde_json::Value) -> String {
             text(&store["restored"]),
             text(&store["pending_writes"]),
         );
+    }
+    if let Some(limit) = s["descriptors"]["limit"].as_u64() {
+        let raised = s["descriptors"]["started_with"].as_u64().map_or(String::new(), |n| format!(", raised from {n}"));
+        let _ = writeln!(out, "file descriptors: {} open of {limit}{raised}", text(&s["descriptors"]["open"]));
     }
     if let Some(e) = s["reload"]["last_error"].as_str() {
         let _ = writeln!(out, "last reload refused: {e}");

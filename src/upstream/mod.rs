@@ -580,6 +580,7 @@ impl Backend {
                 if let Some(cwd) = cwd {
                     cmd.current_dir(cwd);
                 }
+                crate::descriptors::as_started(&mut cmd);
                 // A group of its own: what the backend starts ends with it (see `children`).
                 let mut wrapped = CommandWrap::from(cmd);
                 wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);

@@ -136,16 +136,33 @@ impl Served {
 
     /// Starts it with `extra` arguments and `env` added to its environment.
     pub async fn start_env(config: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = tokio::process::Command::new(BIN)
+        Self::start_limited(config, extra, env, None).await
+    }
+
+    /// Starts it as a shell or service manager would with `nofile` as its descriptor limits
+    /// (soft, hard).
+    pub async fn start_limited(
+        config: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<(u64, u64)>,
+    ) -> Self {
+        let mut command = tokio::process::Command::new(BIN);
+        command
             .args(["serve", "--config", config.to_str().unwrap()])
             .args(extra)
             .envs(env.iter().copied())
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+            .kill_on_drop(true);
+        if let Some((soft, hard)) = nofile {
+            // SAFETY: between fork and exec the closure makes one system call and allocates nothing.
+            unsafe {
+                command.pre_exec(move || rlimit::setrlimit(rlimit::Resource::NOFILE, soft, hard));
+            }
+        }
+        let mut child = command.spawn().unwrap();
         let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
         let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
             .await

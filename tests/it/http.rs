@@ -339,6 +339,64 @@ async fn headers_trickled_a_line_at_a_time_are_cut_off() {
     app.shutdown().await;
 }
 
+/// The pattern of a crowded network or an attacker, exactly: 500 connections at once to a
+/// `toolmux serve` with the default `server.header_timeout` (10 s), each sending its request line
+/// and `Host` header first, then one `X-Slow-<n>: <unix time>` line every 2 seconds, never the
+/// empty line that ends the headers. Every one is closed by the gateway between 10 and 14 s
+/// after its first byte (the timeout, plus one line's wait to notice), none before.
+#[tokio::test]
+async fn five_hundred_connections_trickling_a_header_every_two_seconds_are_all_cut_at_the_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // 500 sockets here and 500 in the gateway's process: a limit of 1,024 would not do.
+    rlimit::increase_nofile_limit(4096).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n").unwrap();
+    let served = Served::start(&config).await;
+    let addr = served.base.trim_start_matches("http://").to_string();
+    let one = |n: usize| {
+        let addr = addr.clone();
+        async move {
+            let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let started = std::time::Instant::now();
+            tcp.write_all(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n").await.unwrap();
+            let (mut read, mut write) = tcp.split();
+            let mut tick = tokio::time::interval_at(
+                tokio::time::Instant::now() + std::time::Duration::from_secs(2),
+                std::time::Duration::from_secs(2),
+            );
+            let mut sink = [0u8; 512];
+            loop {
+                tokio::select! {
+                    // EOF, a reset or an answer: the gateway is done with this connection.
+                    _ = read.read(&mut sink) => return started.elapsed(),
+                    _ = tick.tick() => {
+                        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+                        if write.write_all(format!("X-Slow-{n}: {now}\r\n").as_bytes()).await.is_err() {
+                            return started.elapsed();
+                        }
+                        if started.elapsed() > std::time::Duration::from_secs(30) {
+                            return started.elapsed();
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let closed = futures::future::join_all((0..500).map(one)).await;
+    let early = closed.iter().filter(|t| t.as_secs_f64() < 9.5).count();
+    let late: Vec<_> = closed.iter().filter(|t| t.as_secs_f64() > 14.0).collect();
+    assert_eq!(early, 0, "closed before server.header_timeout");
+    assert!(late.is_empty(), "{} of 500 stayed open past 14 s: {:?}", late.len(), &late[..late.len().min(5)]);
+    let (_, metrics) = served.get("/metrics").await;
+    let cut: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("toolmux_connections_cut_total{reason=\"header_timeout\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(cut >= 500, "the cuts are counted: {cut}");
+}
+
 #[tokio::test]
 async fn a_body_that_stops_arriving_gets_408_naming_the_limit() {
     let app = app_with("body_timeout = \"1s\"\n").await;

@@ -8,6 +8,8 @@ mod conformance_server;
 mod auth;
 mod cli;
 mod console;
+#[cfg(unix)]
+mod descriptors;
 mod gateway;
 mod groups;
 mod health;
