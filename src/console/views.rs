@@ -55,26 +55,11 @@ pub fn overview(gw: &Gateway, caller: &Caller) -> Value {
             })
         })
         .collect();
-    let mut status = gw.status_for(caller);
-    if !admin {
-        // Only the backends this caller may use: the others are catalog details.
-        let shown = shown_backends(gw, caller);
-        if let Some(backends) = status["backends"].as_array_mut() {
-            backends.retain(|b| b["name"].as_str().is_some_and(&shown));
-        }
-    }
     json!({
         "viewer": viewer(gw, caller),
-        "status": status,
+        "status": gw.status_for(caller),
         "principals": principals,
     })
-}
-
-/// Whether a backend is shown to `caller` who is not an admin: one their policy lets them use.
-fn shown_backends(gw: &Gateway, caller: &Caller) -> impl Fn(&str) -> bool {
-    let policy = gw.policy();
-    let caller = caller.without_token();
-    move |name| !matches!(policy.backend(&caller, name), Access::Nothing)
 }
 
 #[derive(Default)]
@@ -293,7 +278,7 @@ pub fn tools(gw: &Gateway, caller: &Caller) -> Value {
         .map(|e| (e.backend.as_str(), e.tool.as_str()))
         .collect();
     let mut by_backend: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    let shown = shown_backends(gw, caller);
+    let shown = gw.backends_shown_to(caller);
     for backend in gw.upstream.backends().iter().filter(|b| admin || shown(b.name())) {
         by_backend.entry(backend.name().to_string()).or_default();
     }

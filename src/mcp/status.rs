@@ -109,15 +109,18 @@ pub struct EmbedderStatus {
 
 impl Gateway {
     /// `/status` as `caller` may see it: whole for an admin (`[auth] admins`; everyone without
-    /// authentication); for anyone else counts only, no backend errors, tool names, ledger
-    /// entries or reload details, with `details: false` saying so.
+    /// authentication); for anyone else counts only, of the backends their policy lets them use
+    /// (the others' names and health are the catalog's business), no backend errors, tool
+    /// names, ledger entries or reload details, with `details: false` saying so.
     pub fn status_for(&self, caller: &crate::session::Caller) -> serde_json::Value {
         let mut v = serde_json::to_value(self.status()).expect("the status serialises");
         if self.is_admin(caller) {
             v["details"] = true.into();
             return v;
         }
+        let shown = self.backends_shown_to(caller);
         if let Some(backends) = v["backends"].as_array_mut() {
+            backends.retain(|b| b["name"].as_str().is_some_and(&shown));
             for b in backends {
                 b["last_error"] = serde_json::Value::Null;
             }
@@ -133,6 +136,14 @@ impl Gateway {
         v["reload"]["last_error"] = serde_json::Value::Null;
         v["details"] = false.into();
         v
+    }
+
+    /// Whether a backend is shown to `caller`, who is not an admin: one their policy lets them
+    /// use, in part or whole.
+    pub fn backends_shown_to(&self, caller: &crate::session::Caller) -> impl Fn(&str) -> bool + use<> {
+        let policy = self.policy();
+        let caller = caller.without_token();
+        move |name| !matches!(policy.backend(&caller, name), crate::session::Access::Nothing)
     }
 
     pub fn status(&self) -> Status {

@@ -409,9 +409,13 @@ impl Backend {
                     tracing::warn!(backend = self.name(), "backend connection lost; reconnecting");
                 }
                 Err(err) => {
-                    *self.login_needed.lock().expect("login flag") = err.downcast_ref::<oauth::NeedsLogin>().cloned();
+                    let login = err.downcast_ref::<oauth::NeedsLogin>().cloned();
                     let first = !self.tried.swap(true, Ordering::AcqRel);
-                    let error = crate::redact::urls(&format!("{err:#}"));
+                    let error = match &login {
+                        Some(needs) => needs.for_operator(),
+                        None => crate::redact::urls(&format!("{err:#}")),
+                    };
+                    *self.login_needed.lock().expect("login flag") = login;
                     tracing::warn!(backend = self.name(), %error, retry_in = ?backoff, "backend unavailable");
                     *self.last_error.lock().expect("last error") = Some((error, std::time::SystemTime::now()));
                     if first {

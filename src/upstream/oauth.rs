@@ -25,18 +25,44 @@ use super::adopt::OwnSessionClient;
 use crate::config::OAuthClient;
 
 /// The backend has no usable grant: `toolmux login` gives it one.
+///
+/// What it displays goes to clients (find_tool's `needs_login`, a call's `isError`): the
+/// backend and the command, never a path on the gateway's host. The operator's form
+/// ([`NeedsLogin::for_operator`], in the log and an admin's `/status`) adds the configuration
+/// file and what exactly went wrong.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("needs a login: run `toolmux login {backend}{config}`{why}")]
+#[error("needs a login: run `toolmux login {backend}` where the gateway runs{why}")]
 pub struct NeedsLogin {
     pub backend: String,
     config: String,
+    /// Said to clients: why, in words that name nothing on the host.
     why: String,
+    /// For the operator only (it may name files).
+    detail: Option<String>,
 }
 
 impl NeedsLogin {
+    /// `why` is said to clients: it must name nothing on the gateway's host.
     pub fn new(backend: &str, why: Option<String>) -> Self {
         let config = CONFIG_FILE.get().map(|p| format!(" --config {}", p.display())).unwrap_or_default();
-        Self { backend: backend.to_string(), config, why: why.map(|w| format!(" ({w})")).unwrap_or_default() }
+        Self {
+            backend: backend.to_string(),
+            config,
+            why: why.map(|w| format!(" ({w})")).unwrap_or_default(),
+            detail: None,
+        }
+    }
+
+    /// With what went wrong in the operator's terms (a grant file that does not read).
+    fn with_detail(mut self, detail: String) -> Self {
+        self.detail = Some(detail);
+        self
+    }
+
+    /// The exact command, with the configuration file, and the whole reason.
+    pub fn for_operator(&self) -> String {
+        let detail = self.detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default();
+        format!("needs a login: run `toolmux login {}{}`{}{detail}", self.backend, self.config, self.why)
     }
 }
 
@@ -178,7 +204,10 @@ impl Grant {
         match manager.initialize_from_store().await {
             Ok(true) => {}
             Ok(false) => return Err(NeedsLogin::new(&self.backend, None).into()),
-            Err(AuthError::CredentialStoreError(e)) => return Err(NeedsLogin::new(&self.backend, Some(e)).into()),
+            Err(AuthError::CredentialStoreError(e)) => {
+                let needs = NeedsLogin::new(&self.backend, Some("its saved grant could not be read".into()));
+                return Err(needs.with_detail(e).into());
+            }
             Err(e) => return Err(anyhow::anyhow!("the backend's authorization server: {e}")),
         }
         let client = AuthClient::new(http, manager);
@@ -479,6 +508,20 @@ mod tests {
         let text = n.to_string();
         assert!(text.starts_with("needs a login: run `toolmux login linear"), "{text}");
         assert!(text.ends_with("(the backend wants scope `admin`)"), "{text}");
+    }
+
+    /// What a client reads names no file on the gateway's host; the operator's form does.
+    #[test]
+    fn a_client_is_told_no_path_of_the_host() {
+        set_config_file(Path::new("/srv/private-place/toolmux.toml"));
+        let n = NeedsLogin::new("linear", Some("its saved grant could not be read".into()))
+            .with_detail("/srv/private-place/oauth/linear-0.json is not a grant".into());
+        let client = n.to_string();
+        assert!(!client.contains("private-place"), "{client}");
+        assert!(client.contains("toolmux login linear") && client.contains("could not be read"), "{client}");
+        let operator = n.for_operator();
+        assert!(operator.contains("--config /srv/private-place/toolmux.toml"), "{operator}");
+        assert!(operator.contains("oauth/linear-0.json is not a grant"), "{operator}");
     }
 
     #[test]

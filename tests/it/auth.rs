@@ -708,8 +708,8 @@ fn token_exchange_configs_are_checked_by_key() {
 }
 
 /// `/status` shows backend errors, the tool ledger and reload details only to `[auth] admins`
-/// (a name, or `group:NAME`); anyone else authenticated gets counts, and a reload changes who
-/// is an admin at once.
+/// (a name, or `group:NAME`); anyone else authenticated gets counts, of the backends their
+/// policy lets them use only, and a reload changes who is an admin at once.
 #[tokio::test]
 async fn status_details_are_for_admins_only() {
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -723,12 +723,14 @@ async fn status_details_are_for_admins_only() {
     );
     // `admins` sits in [auth], before its tables.
     let toml = |admins: &str| {
-        let auth = bearer_auth(&["alice", "bob"]).replacen(
+        let auth = bearer_tokens(&["alice", "bob"]).replacen(
             "mode = \"bearer\"\n",
             &format!("mode = \"bearer\"\nadmins = [{admins}]\n"),
             1,
         );
-        format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{auth}{backends}")
+        let policy = "[[policy]]\nprincipals = [\"alice\"]\nbackends = [\"*\"]\n\n\
+                      [[policy]]\nprincipals = [\"bob\"]\nbackends = [\"kit\"]\n";
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{auth}{policy}{backends}")
     };
     let app = gateway(&toml("\"alice\""), EmbedderChoice::None).await;
     let url = format!("http://{}/status", app.addr.unwrap());
@@ -750,14 +752,18 @@ async fn status_details_are_for_admins_only() {
     assert!(alice["integrity"]["held"].is_array(), "{alice}");
     let bob = status("bob").await;
     assert_eq!(bob["details"], false, "{bob}");
-    assert!(down(&bob)["last_error"].is_null(), "{bob}");
     assert!(bob["integrity"]["held"].is_number() && bob["integrity"]["recent"].is_number(), "{bob}");
-    assert_eq!(bob["backends"].as_array().unwrap().len(), 2, "counts and health stay");
+    let names: Vec<&str> = bob["backends"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["kit"], "only the backends bob's policy lets him use: {bob}");
+    assert!(bob["backends"][0]["last_error"].is_null() && bob["backends"][0]["health"].is_string(), "{bob}");
+    assert_eq!(alice["backends"].as_array().unwrap().len(), 2, "an admin sees every backend");
     // Without a token: 401, as before.
     let anonymous = reqwest::get(&url).await.unwrap().status();
     assert_eq!(anonymous, 401);
     // A reload makes bob an admin at once.
     app.reload(toolmux::config::Config::parse(&toml("\"alice\", \"bob\"")).unwrap()).await;
-    assert_eq!(status("bob").await["details"], true);
+    let bob = status("bob").await;
+    assert_eq!(bob["details"], true);
+    assert_eq!(bob["backends"].as_array().unwrap().len(), 2, "as an admin, bob sees every backend");
     app.shutdown().await;
 }
