@@ -120,12 +120,15 @@ unsafe fn quantize_avx512(x: &[f32], rows: usize, inner: usize, codes: &mut [u8]
             let len = (inner - b * BLOCK).min(BLOCK);
             let (lo_n, hi_n) = (len.min(16), len.saturating_sub(16));
             let mask = |n: usize| if n >= 16 { u16::MAX } else { (1u16 << n) - 1 };
-            // SAFETY: the masks keep both loads inside row r's `inner` values.
-            let (lo, hi) = unsafe {
-                (
-                    _mm512_maskz_loadu_ps(mask(lo_n), x.as_ptr().add(start)),
-                    _mm512_maskz_loadu_ps(mask(hi_n), x.as_ptr().add(start + 16)),
-                )
+            // SAFETY: `start` is inside row r's `inner` values (len >= 1), and the mask keeps the
+            // load there. The upper half is loaded only when the block has values past 16, so
+            // `start + 16` then lies inside the slice too (no pointer is formed past its end).
+            let lo = unsafe { _mm512_maskz_loadu_ps(mask(lo_n), x.as_ptr().add(start)) };
+            let hi = if hi_n == 0 {
+                _mm512_setzero_ps()
+            } else {
+                // SAFETY: as above, for values start+16..start+len.
+                unsafe { _mm512_maskz_loadu_ps(mask(hi_n), x.as_ptr().add(start + 16)) }
             };
             let max = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
             if max == 0.0 {
@@ -149,9 +152,14 @@ unsafe fn quantize_avx512(x: &[f32], rows: usize, inner: usize, codes: &mut [u8]
 ///
 /// # Safety
 /// The CPU must support AVX-512F, BW and VNNI; `out` must hold `rows · w.cols` floats, and no one
-/// else may write the columns of `groups` meanwhile.
+/// else may write the columns of `groups` meanwhile. The shapes must agree (checked: a mismatch
+/// panics): `x` holds at least `rows` rows quantised over `w.inner` values (its stride is
+/// `w.blocks · 32`, with a scale per (row, block)), and `groups` lies within `0..w.groups`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn gemm(w: &Packed, x: &Activations, rows: usize, groups: std::ops::Range<usize>, out: *mut f32) {
+    assert_eq!(x.stride, w.blocks * BLOCK, "activations quantised over another inner size");
+    assert!(x.codes.len() >= rows * x.stride && x.scales.len() >= rows * w.blocks, "fewer activation rows");
+    assert!(groups.end <= w.groups, "column groups past the weights'");
     let mut g = groups.start;
     while g < groups.end {
         let pair = groups.end - g >= 2;
