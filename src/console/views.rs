@@ -105,10 +105,15 @@ struct Ranked {
     description: String,
     /// Cosine similarity to the request (best over its clauses); absent without the dense arm.
     similarity: Option<f32>,
-    score: f32,
+    /// The fused score and learning's part of it: for admins only. Learning moves a tool by
+    /// what other principals called after similar requests; its exact part (or the exact score,
+    /// less the two arms) would tell a non-admin about their requests, one probe at a time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    score: Option<f32>,
     dense: f32,
     keyword: f32,
-    learned: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    learned: Option<f32>,
     /// The clause of the request that scored it (absent: the whole request).
     clause: Option<usize>,
 }
@@ -142,7 +147,7 @@ pub async fn search(gw: &Arc<Gateway>, caller: &Caller, req: SearchRequest) -> R
             return Err(Refused::Invalid(text));
         }
     };
-    let ranked = ranked(&snap, &found);
+    let ranked = ranked(&snap, &found, admin);
     let compact = found.answer(&snap, true);
     let full = found.answer(&snap, false);
     let tokens = |r: &rmcp::model::CallToolResult| {
@@ -177,7 +182,7 @@ fn ms(d: std::time::Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
-fn ranked(snap: &Snapshot, found: &Found) -> Vec<Ranked> {
+fn ranked(snap: &Snapshot, found: &Found, admin: bool) -> Vec<Ranked> {
     let tools = snap.generation.catalog.tools();
     let r = &found.result;
     r.hits
@@ -193,10 +198,10 @@ fn ranked(snap: &Snapshot, found: &Found) -> Vec<Ranked> {
                 tool: t.key.tool.to_string(),
                 description: first_line(t.tool.description.as_deref().unwrap_or_default()),
                 similarity: r.similarity.get(i).copied(),
-                score: h.score,
+                score: admin.then_some(h.score),
                 dense: parts.dense,
                 keyword: parts.keyword,
-                learned: parts.learned,
+                learned: admin.then_some(parts.learned),
                 clause: parts.clause,
             }
         })

@@ -314,6 +314,10 @@ async fn the_consoles_views_are_the_callers_own() {
         "{found}"
     );
     assert!(found.get("excluded").is_none(), "bob is not told what lies outside his scope");
+    for h in found["ranked"].as_array().unwrap() {
+        assert!(h.get("learned").is_none() && h.get("score").is_none(), "learning's part is for admins: {h}");
+        assert!(h["dense"].is_number() && h["keyword"].is_number(), "{h}");
+    }
     let r = post("/api/search", "bob", json!({"request": "create a ticket", "principal": "alice"})).await.unwrap();
     assert_eq!(r.status(), 403, "bob may not search alice's scope");
     let r = post("/api/tools/accept", "bob", json!({"backend": "github"})).await.unwrap();

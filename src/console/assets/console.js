@@ -115,12 +115,13 @@ function bars(hit, scale) {
     return [el('span', {}, name), el('div', {}, bar), el('span', { 'data-part': name }, v.toFixed(3))];
   };
   const parts = [row('dense', hit.dense), row('keyword', hit.keyword)];
-  if (hit.learned !== 0) parts.push(row('learned', hit.learned));
+  // Learning's part is shown to admins only (absent otherwise).
+  if (typeof hit.learned === 'number' && hit.learned !== 0) parts.push(row('learned', hit.learned));
   return el('div', { class: 'bars' }, parts);
 }
 
 function renderResult(box, data) {
-  const scale = Math.max(0.001, ...data.ranked.flatMap(h => [Math.abs(h.dense), Math.abs(h.keyword), Math.abs(h.learned)]));
+  const scale = Math.max(0.001, ...data.ranked.flatMap(h => [Math.abs(h.dense), Math.abs(h.keyword), Math.abs(h.learned || 0)]));
   const t = data.timings_ms;
   const scope = data.scope.principal + (data.scope.groups.length ? ' [' + data.scope.groups.join(', ') + ']' : '');
   const ranked = el('ol', { class: 'ranked' }, data.ranked.map(h => el('li', { 'data-name': h.name },
