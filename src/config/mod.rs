@@ -77,6 +77,8 @@ pub struct ServerConfig {
 pub struct Limits {
     /// Live client sessions; a new one past it is refused.
     pub max_sessions: usize,
+    /// Live client sessions of one authenticated principal; a new one past it is refused.
+    pub max_sessions_per_principal: usize,
     /// A client session, and each upstream session opened for it, ends after this long unused.
     pub session_idle_timeout: Duration,
     /// Forwarded calls one session may have running at once.
@@ -96,6 +98,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_sessions: 1000,
+            max_sessions_per_principal: 100,
             session_idle_timeout: Duration::from_secs(30 * 60),
             max_calls_per_session: 32,
             max_sessionless_principals: 256,
@@ -492,6 +495,11 @@ impl Validator<'_> {
         let d = Limits::default();
         let limits = Limits {
             max_sessions: self.count("server.max_sessions", raw.max_sessions, d.max_sessions),
+            max_sessions_per_principal: self.count(
+                "server.max_sessions_per_principal",
+                raw.max_sessions_per_principal,
+                d.max_sessions_per_principal,
+            ),
             session_idle_timeout: self.positive(
                 "server.session_idle_timeout",
                 raw.session_idle_timeout.as_deref(),

@@ -104,6 +104,7 @@ pub struct Server {
     pub max_body: Option<u64>,
     pub allowed_origins: Option<Vec<String>>,
     pub max_sessions: Option<i64>,
+    pub max_sessions_per_principal: Option<i64>,
     pub session_idle_timeout: Option<String>,
     pub max_calls_per_session: Option<i64>,
     pub max_sessionless_principals: Option<i64>,

@@ -82,6 +82,7 @@ pub fn router(
         max_body: server.max_body,
         body_timeout: server.limits.body_timeout,
         max_sessions: server.limits.max_sessions,
+        max_sessions_per_principal: server.limits.max_sessions_per_principal,
         shared,
     });
     if let Some(shared) = edge.shared.clone() {
@@ -166,6 +167,9 @@ struct Edge {
     max_body: usize,
     body_timeout: Duration,
     max_sessions: usize,
+    /// Sessions one authenticated principal may hold here (the anonymous principal of a
+    /// gateway without authentication is everyone: `max_sessions` bounds it).
+    max_sessions_per_principal: usize,
     /// Where sessions other replicas created are found ([`SharedSessions`]).
     shared: Option<Arc<SharedSessions>>,
 }
@@ -331,6 +335,19 @@ impl Edge {
                     serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": SERVER_BUSY, "message": message}});
                 return (StatusCode::SERVICE_UNAVAILABLE, [(axum::http::header::RETRY_AFTER, "5")], axum::Json(body))
                     .into_response();
+            }
+            let caller = parts.extensions.get::<Caller>();
+            if let Some(caller) = caller.filter(|c| c.principal != crate::config::ANONYMOUS) {
+                let held = self.gw.registry().count_of(&caller.principal);
+                if held >= self.max_sessions_per_principal {
+                    tracing::info!(principal = %caller.principal, held, "initialize refused: the principal's session limit");
+                    let message = format!(
+                        "you hold {held} sessions, the most one principal may (server.max_sessions_per_principal); \
+                         end one you no longer use (DELETE), or let one expire, then connect again"
+                    );
+                    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": SERVER_BUSY, "message": message}});
+                    return (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+                }
             }
         }
         if jsonrpc::is_listen(&bytes) {

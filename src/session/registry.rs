@@ -85,6 +85,12 @@ impl Registry {
         out
     }
 
+    /// Sessions of `principal` claimed and not ended (initialised or about to be).
+    pub fn count_of(&self, principal: &str) -> usize {
+        let inner = self.inner.lock().expect("registry lock");
+        inner.by_id.values().filter(|e| &*e.owner == principal).count()
+    }
+
     /// Sessions initialised and not ended.
     pub fn live(&self) -> usize {
         let inner = self.inner.lock().expect("registry lock");

@@ -310,6 +310,54 @@ async fn a_session_past_max_sessions_is_refused_and_the_others_carry_on() {
     app.shutdown().await;
 }
 
+/// One principal cannot take every session: past `server.max_sessions_per_principal` its next
+/// `initialize` gets 429 naming the key, while another principal still connects and its own
+/// sessions carry on; ending one of its sessions makes room again.
+#[tokio::test]
+async fn a_principal_past_its_own_session_limit_is_refused_and_no_one_else_is() {
+    let kit = http_backend("testkit").await;
+    let server = format!("max_sessions_per_principal = 2\n{}", bearer_auth(&["alice", "bob"]));
+    let app = passthrough(&http_backend_toml("web", &kit.url), &server).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
+    let open = |token: &'static str| {
+        let (url, init) = (url.clone(), init.clone());
+        async move {
+            let r = reqwest::Client::new()
+                .post(&url)
+                .bearer_auth(token)
+                .header("accept", "application/json, text/event-stream")
+                .json(&init)
+                .send()
+                .await
+                .unwrap();
+            let id = r.headers().get("mcp-session-id").map(|v| v.to_str().unwrap().to_string());
+            (r.status().as_u16(), id, r.text().await.unwrap())
+        }
+    };
+    let (first, second) = (open("alice").await, open("alice").await);
+    assert_eq!((first.0, second.0), (200, 200));
+    let (status, id, body) = open("alice").await;
+    assert_eq!(status, 429, "{body}");
+    assert!(id.is_none(), "no session was made");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((body["id"].clone(), body["error"]["code"].clone()), (json!(1), json!(-32000)));
+    assert!(body["error"]["message"].as_str().unwrap().contains("server.max_sessions_per_principal"), "{body}");
+    assert_eq!(open("bob").await.0, 200, "another principal is not held to alice's count");
+    let ended = reqwest::Client::new()
+        .delete(&url)
+        .bearer_auth("alice")
+        .header("mcp-session-id", first.1.unwrap())
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status(), 200);
+    assert_eq!(open("alice").await.0, 200, "ending a session makes room");
+    app.shutdown().await;
+}
+
 #[tokio::test]
 async fn calls_past_the_session_limit_and_children_past_max_instances_are_tool_errors() {
     let backends = format!(
