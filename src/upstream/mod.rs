@@ -369,6 +369,15 @@ impl Backend {
         self.login_needed.lock().expect("login flag").clone()
     }
 
+    /// A request was refused for want of a login (a revoked grant, a refused refresh, more
+    /// scope): said at once in `/status` and find_tool's `needs_login`, not at the next
+    /// connection attempt or health check.
+    pub fn login_refused(&self, needs: &oauth::NeedsLogin) {
+        tracing::warn!(backend = self.name(), advice = %needs.for_operator(), "the backend refused the grant");
+        *self.last_error.lock().expect("last error") = Some((needs.for_operator(), std::time::SystemTime::now()));
+        *self.login_needed.lock().expect("login flag") = Some(needs.clone());
+    }
+
     /// Cancelled when this backend is stopped, removed or replaced.
     pub fn retired(&self) -> &CancellationToken {
         &self.retired
@@ -635,7 +644,9 @@ impl Backend {
             // Refused for want of scope: the session is fine, this call needs a new login.
             other if self.grant.is_some() && oauth::is_auth_refusal(&anyhow::anyhow!("{other}")) => {
                 let why = self.grant.as_ref().and_then(|g| g.wanted_scope());
-                CallError::NeedsLogin(oauth::NeedsLogin::new(self.name(), why))
+                let needs = oauth::NeedsLogin::new(self.name(), why);
+                self.login_refused(&needs);
+                CallError::NeedsLogin(needs)
             }
             other => {
                 match &link.own {

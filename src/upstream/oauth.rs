@@ -145,6 +145,23 @@ impl CredentialStore for FileStore {
             Err(e) => Err(AuthError::CredentialStoreError(format!("removing {}: {e}", self.path.display()))),
         }
     }
+
+    /// The authorization server refused the grant's refresh token for good (`invalid_grant`):
+    /// its tokens are dropped from the file (the client registration stays), so the backend is
+    /// reported as needing a login and the refused token is never sent again. A grant replaced
+    /// meanwhile (a new login) is left alone.
+    async fn on_refresh_token_rejected(&self, used: &StoredCredentials) -> Result<(), AuthError> {
+        let Some(now) = self.load().await? else { return Ok(()) };
+        let refresh = |c: &StoredCredentials| {
+            serde_json::to_value(&c.token_response).ok().and_then(|t| t.get("refresh_token").cloned())
+        };
+        if now.token_response.is_none() || refresh(&now) != refresh(used) {
+            return Ok(());
+        }
+        tracing::warn!(grant = %self.path.display(), "the authorization server refused the refresh token: a new login is needed");
+        let issuer = now.issuer.clone();
+        self.save(StoredCredentials::new(now.client_id, None, Vec::new(), None).with_issuer(issuer)).await
+    }
 }
 
 /// One backend's authorization, shared by all its connections: one manager, so one refresh at a
@@ -500,6 +517,32 @@ mod tests {
             let err = openable(bad).unwrap_err();
             assert!(err.contains(why), "{bad}: {err}");
         }
+    }
+
+    /// A refresh token the server refused is dropped (the backend then needs a login, and the
+    /// token is never sent again); a grant a new login replaced meanwhile is kept.
+    #[tokio::test]
+    async fn a_refused_refresh_token_is_dropped_unless_the_grant_was_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FileStore::new(dir.path().join("oauth").join("b-0.json"));
+        let grant = |refresh: &str| -> StoredCredentials {
+            serde_json::from_value(serde_json::json!({
+                "client_id": "client-1",
+                "token_response": {"access_token": "at", "token_type": "bearer", "refresh_token": refresh},
+                "granted_scopes": ["read"],
+            }))
+            .unwrap()
+        };
+        store.save(grant("rt-new")).await.unwrap();
+        store.on_refresh_token_rejected(&grant("rt-old")).await.unwrap();
+        assert!(store.load().await.unwrap().unwrap().token_response.is_some(), "a replaced grant was dropped");
+        store.on_refresh_token_rejected(&grant("rt-new")).await.unwrap();
+        let left = store.load().await.unwrap().unwrap();
+        assert!(left.token_response.is_none(), "the refused token is still there");
+        assert_eq!(left.client_id, "client-1", "the registration stays");
+        let mut manager = AuthorizationManager::new("http://127.0.0.1:9/mcp").await.unwrap();
+        manager.set_credential_store(store.clone());
+        assert!(!manager.initialize_from_store().await.unwrap(), "the backend now needs a login");
     }
 
     #[test]

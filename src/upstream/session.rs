@@ -201,7 +201,15 @@ impl ClientUpstreams {
         let adoption = (!backend.is_stdio()).then_some(adoption);
         let service = match tokio::time::timeout(CONNECT_TIMEOUT, opened).await {
             Err(_) => return Err(failed(format!("no answer within {}", humantime::format_duration(CONNECT_TIMEOUT)))),
-            Ok(Err(e)) => return Err(failed(format!("{e:#}"))),
+            Ok(Err(e)) => {
+                // A grant that was revoked, or never given: the client is told to log in (the
+                // same words as the gateway's own connection), not to retry.
+                if let Some(needs) = e.downcast_ref::<super::oauth::NeedsLogin>() {
+                    backend.login_refused(needs);
+                    return Err(CallError::NeedsLogin(needs.clone()));
+                }
+                return Err(failed(format!("{e:#}")));
+            }
             Ok(Ok(s)) => s,
         };
         // The backend's standalone stream answered before the first request goes out: what the

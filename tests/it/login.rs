@@ -223,3 +223,42 @@ async fn a_login_page_that_is_not_a_web_page_is_never_opened() {
         }
     }
 }
+
+/// Before anyone logs in, an OAuth backend's tools are not listed: a call of one is "not found",
+/// and the answer says which backend waits for a login and how to give it one, in both modes.
+#[tokio::test]
+async fn a_call_before_the_first_login_names_the_backend_that_waits_for_one() {
+    use crate::harness::*;
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let kit = http_backend("testkit").await;
+    let backends = format!(
+        "{}[[backends]]\nname = \"tracker\"\nurl = \"http://127.0.0.1:{port}/mcp\"\nauth = \"oauth\"\n",
+        http_backend_toml("kit", &kit.url)
+    );
+    for mode in ["passthrough", "optimizer"] {
+        let toml = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n{backends}");
+        let app = gateway(&toml, toolmux::app::EmbedderChoice::None).await;
+        let waiting = eventually(std::time::Duration::from_secs(10), || async {
+            app.gateway.upstream.get("tracker").is_some_and(|b| b.needs_login().is_some())
+        })
+        .await;
+        assert!(waiting, "the backend is known to wait for a login");
+        let (client, _) = client(&app).await;
+        let said = match mode {
+            "passthrough" => {
+                let params = rmcp::model::CallToolRequestParams::new("tracker_create_issue");
+                client.peer().call_tool(params).await.unwrap_err().to_string()
+            }
+            _ => {
+                let args = json!({"tool_name": "tracker_create_issue", "parameters": {}});
+                text(&call(&client, "call_tool", args).await)
+            }
+        };
+        assert!(said.contains("tool not found: tracker_create_issue"), "{mode}: {said}");
+        assert!(said.contains("backend `tracker`") && said.contains("toolmux login tracker"), "{mode}: {said}");
+        client.cancel().await.unwrap();
+        app.shutdown().await;
+    }
+}

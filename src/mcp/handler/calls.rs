@@ -45,11 +45,17 @@ impl GatewayHandler {
         }
         let Some(tool) = snap.tool(name) else {
             let close = self.closest_names(snap, name).await;
-            let fix = match close.as_slice() {
+            let mut fix = match close.as_slice() {
                 [] => String::new(),
                 [one] => format!(" Did you mean {one}?"),
                 [init @ .., last] => format!(" Did you mean {} or {last}?", init.join(", ")),
             };
+            // The tools of a backend waiting for a login are not known yet: say so, so that
+            // "not found" is not mistaken for "does not exist".
+            let waiting = self.needs_login(snap);
+            if !waiting.is_empty() {
+                fix.push_str(&format!(" Not listed until someone logs in: {}.", waiting.join("; ")));
+            }
             return match self.gw.mode {
                 Mode::Optimizer => Ok(meta::error_result(format!(
                     "tool not found: {name}.{fix} Call call_tool again with an exact name, or use find_tool to search for the tool you need."

@@ -156,7 +156,7 @@ impl GatewayHandler {
 
     /// The backends this caller may use that wait for a login, each with the command that
     /// gives it one (their tools are unknown until then, so the search cannot name them).
-    fn needs_login(&self, snap: &Snapshot) -> Vec<String> {
+    pub(super) fn needs_login(&self, snap: &Snapshot) -> Vec<String> {
         let policy = self.gw.policy();
         self.gw
             .upstream
