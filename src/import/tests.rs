@@ -12,6 +12,20 @@ fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hosts").join(rel)
 }
 
+/// A temporary folder with the configuration an import writes: new, or (`merge`) merged into a
+/// small existing one.
+fn target(merge: bool) -> (tempfile::TempDir, PathBuf, write::Target) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolmux.toml");
+    let target = if merge {
+        std::fs::write(&config, "[server]\nmode = \"optimizer\"\n").unwrap();
+        write::Target::Into(config.clone())
+    } else {
+        write::Target::New(config.clone())
+    };
+    (dir, config, target)
+}
+
 /// Every literal secret in the fixtures: none may be written into a configuration.
 const SECRETS: [&str; 8] = [
     "ghp_fixture0000000000000000000000000000",
@@ -482,14 +496,7 @@ mod arbitrary_text {
             skipped: vec![Skipped::new(&text(&mut rng, true), text(&mut rng, true))],
             project: false,
         }];
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("toolmux.toml");
-        let target = if merge {
-            std::fs::write(&config, "[server]\nmode = \"optimizer\"\n").unwrap();
-            write::Target::Into(config.clone())
-        } else {
-            write::Target::New(config.clone())
-        };
+        let (_dir, config, target) = target(merge);
         let plan = write::plan_for(&found, &target).unwrap();
         assert_eq!(plan.backends.len(), servers.len(), "seed {seed}: {:?}", plan.skipped);
         let (_, written) = write::write(&plan, &target, false).unwrap();
@@ -582,14 +589,7 @@ fn secrets_left_in_the_file_are_written_privately_and_never_printed() {
     }];
     let secrets = ["s3cr3t-arg", "s3cr3t-inline", "s3cr3t-pw", "s3cr3t-q"];
     for merge in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("toolmux.toml");
-        let target = if merge {
-            std::fs::write(&config, "[server]\nmode = \"optimizer\"\n").unwrap();
-            write::Target::Into(config.clone())
-        } else {
-            write::Target::New(config.clone())
-        };
+        let (_dir, config, target) = target(merge);
         let plan = write::plan_for(&found, &target).unwrap();
         assert!(plan.secret_in_config);
         let json = plan::to_json(&plan).to_string();
