@@ -314,9 +314,15 @@ impl Backend {
                 })
     }
 
-    /// Whether its headers carry the caller's identity: then each client needs a connection of
-    /// its own whatever revision the backend speaks.
+    /// Whether what it is sent carries the caller's identity (a header with `${client.…}`, or
+    /// a token exchanged for the caller's): then each client needs a connection of its own
+    /// whatever revision the backend speaks. A backend that negotiates 2026-07-28 under
+    /// `protocol = "auto"` would otherwise be served over the gateway's own connection, which
+    /// carries no one's identity.
     fn carries_identity(&self) -> bool {
+        if self.exchanger.is_some() {
+            return true;
+        }
         match &self.config.transport {
             Transport::Http { headers, .. } => headers.values().any(|v| crate::config::carries_identity(v)),
             Transport::Stdio { .. } => false,

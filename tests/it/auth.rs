@@ -677,6 +677,32 @@ async fn token_exchange_gives_each_caller_a_token_of_its_own() {
     app.shutdown().await;
 }
 
+/// From the review: with `protocol = "auto"` a backend that negotiates 2026-07-28 was served over
+/// the gateway's own connection, which carries no caller's token. Each caller still gets its own
+/// connection with its own exchanged token, whatever revision the backend speaks.
+#[tokio::test]
+async fn token_exchange_keeps_the_callers_identity_when_the_backend_speaks_2026_07_28() {
+    let (token_url, _) = token_endpoint(600).await;
+    let kit = http_backend("testkit").await;
+    let backend = format!(
+        "{}session = \"per_client\"\nprotocol = \"auto\"\nauth = \"token_exchange\"\n[backends.token_exchange]\n\
+         token_url = \"{token_url}\"\nclient_id = \"toolmux\"\nclient_secret = \"s3cret\"\naudience = \"kit-api\"\n",
+        http_backend_toml("kit", &kit.url)
+    );
+    let app = passthrough(&bearer_auth(&["alice", "bob"]), &backend).await;
+    let kit_backend = app.gateway.upstream.get("kit").unwrap();
+    assert!(kit_backend.is_stateless(), "the test needs a backend that negotiates 2026-07-28");
+    let (alice, _) = client_with_auth(&app, Some("alice")).await;
+    let (bob, _) = client_with_auth(&app, Some("bob")).await;
+    let whoami = |c| async move { text(&call(c, "kit_whoami", json!({})).await) };
+    assert_eq!(whoami(&alice).await, "user= authorization=Bearer x-alice-1");
+    assert_eq!(whoami(&bob).await, "user= authorization=Bearer x-bob-1");
+    for c in [alice, bob] {
+        c.cancel().await.unwrap();
+    }
+    app.shutdown().await;
+}
+
 #[test]
 fn token_exchange_configs_are_checked_by_key() {
     let load = |backend: &str| toolmux::config::Config::parse(backend).unwrap_err().to_string();
