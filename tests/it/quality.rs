@@ -85,5 +85,7 @@ async fn the_servers_label_wins_back_what_a_server_blind_text_loses() {
         }
     };
     let (blind, aware) = (mrr("apigen-stripped").await, mrr("apigen-servers").await);
-    assert!(blind <= 76.7 && aware >= 81.0, "MRR@10 without the server {blind:.2}, with its label {aware:.2}");
+    // What is claimed is the gain (5.35 measured) and a floor under the result, not a ceiling on
+    // the blind text: a search that improves without the label must not fail this test.
+    assert!(aware - blind >= 4.0 && aware >= 81.0, "MRR@10 without the server {blind:.2}, with its label {aware:.2}");
 }
