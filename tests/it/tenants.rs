@@ -416,9 +416,11 @@ impl Walk {
     async fn end_session(&mut self, who: Who) {
         let Who::Session(p, i) = who else { return };
         if let Some(c) = self.sessions.remove(&(p, i)) {
-            if let Ok(c) = Arc::try_unwrap(c) {
-                let _ = c.cancel().await;
-            }
+            // The walk's steps are sequential: nothing else holds the session when it ends, and
+            // its close must succeed (a close that fails would leave it open behind the walk).
+            let c =
+                Arc::try_unwrap(c).unwrap_or_else(|_| panic!("{}: the session is still in use as it ends", self.at()));
+            c.cancel().await.unwrap_or_else(|e| panic!("{}: the session did not close: {e}", self.at()));
             // The next session of that slot starts afresh: its backend session is a new one,
             // and the old session's tasks are nobody's.
             self.remembered.remove(&who);
