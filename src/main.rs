@@ -361,135 +361,6 @@ mod traces {
     }
 }
 
-fn import(
-    paths: Vec<PathBuf>,
-    out: PathBuf,
-    into: Option<PathBuf>,
-    dry_run: bool,
-    json: bool,
-    trust_project: bool,
-) -> anyhow::Result<ExitCode> {
-    use toolmux::import::{self, write};
-    let dirs = import::Dirs::from_env().map_err(anyhow::Error::msg)?;
-    let looked = paths.is_empty();
-    let (mut found, failed) = import::read_all(&paths, &dirs);
-    import::confirm_project_files(&mut found, |f| trust_project || confirm_project_file(f));
-    if found.is_empty() {
-        for (path, why) in &failed {
-            eprintln!("could not read {}: {why}", path.display());
-        }
-        if looked {
-            eprintln!("no agent host's MCP servers found; looked in:");
-            for host in import::Host::ALL {
-                for p in host.usual_places(&dirs) {
-                    eprintln!("  {:<15} {}", host.title(), p.display());
-                }
-            }
-            eprintln!("name the file to read: toolmux import PATH");
-        }
-        return Ok(ExitCode::FAILURE);
-    }
-    let target = match into {
-        Some(p) => write::Target::Into(p),
-        None => write::Target::New(out),
-    };
-    let plan = write::plan_for(&found, &target)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&import::plan::to_json(&plan))?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let (text, written) = write::write(&plan, &target, dry_run)?;
-    if dry_run {
-        print!("{text}");
-    }
-    print!("{}", write::report(&found, &failed, &plan, written.as_ref()));
-    if let Some(w) = written {
-        println!("next: toolmux check-config {}", w.config.display());
-        println!(
-            "      toolmux connect HOST --config {}   (prints the entry that replaces these servers)",
-            w.config.display()
-        );
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Asks on the terminal whether a project file's servers may be carried; no terminal, no.
-fn confirm_project_file(f: &toolmux::import::Found) -> bool {
-    use std::io::{BufRead, IsTerminal, Write};
-    if !std::io::stdin().is_terminal() {
-        return false;
-    }
-    let names: Vec<String> = f.servers.iter().map(|s| toolmux::import::printable(&s.name).into_owned()).collect();
-    eprint!(
-        "{} is a project's file: whoever can commit to the project wrote it, and its servers' commands \
-         would run on this machine.\nCarry {} ({})? [y/N] ",
-        f.path.display(),
-        if names.len() == 1 { "its server" } else { "its servers" },
-        names.join(", ")
-    );
-    let _ = std::io::stderr().flush();
-    let mut answer = String::new();
-    let _ = std::io::stdin().lock().read_line(&mut answer);
-    matches!(answer.trim(), "y" | "Y" | "yes" | "Yes")
-}
-
-#[allow(clippy::too_many_arguments)]
-fn connect(
-    host: toolmux::import::Host,
-    config: Option<PathBuf>,
-    url: Option<String>,
-    token_env: Option<String>,
-    command: Option<String>,
-    write: bool,
-    undo: bool,
-    file: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
-    use toolmux::import::{self, connect};
-    let file = match file {
-        Some(f) => f,
-        None => {
-            let dirs = import::Dirs::from_env().map_err(anyhow::Error::msg)?;
-            host.usual_places(&dirs).into_iter().next().expect("every host has a place")
-        }
-    };
-    if undo {
-        println!("{}", connect::undo(&file)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let via = match url {
-        Some(url) => connect::Via::Http { url, token_var: token_env },
-        None => {
-            let config = config.as_deref().expect("clap requires --config without --url");
-            let command = match command {
-                Some(c) => c,
-                None => std::env::current_exe()?.to_string_lossy().into_owned(),
-            };
-            connect::Via::Stdio { command, config: absolute(config).to_string_lossy().into_owned() }
-        }
-    };
-    if !write {
-        print!("{}", connect::snippet(host, &via)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    // Only the names: the host's environment may not set every variable the backends use.
-    let imported = match &config {
-        Some(c) => import::write::existing(&import::write::Target::Into(c.clone()))?.0,
-        None => Default::default(),
-    };
-    let done = connect::write(host, &via, &file, &imported)?;
-    println!("wrote the `{}` entry into {}", connect::ENTRY, done.file.display());
-    if !done.removed.is_empty() {
-        println!("  taken out (now served through toolmux): {}", done.removed.join(", "));
-    }
-    if !done.kept.is_empty() {
-        println!("  left in place (not in the toolmux configuration): {}", done.kept.join(", "));
-    }
-    println!("  the file as it was: {} (toolmux connect {} --undo puts it back)", done.backup.display(), host.arg());
-    println!("restart {} to use it", host.title());
-    Ok(ExitCode::SUCCESS)
-}
-
 fn parse_precision(s: &str) -> Result<toolmux::config::Precision, String> {
     match s {
         "auto" => Ok(toolmux::config::Precision::default()),
@@ -563,10 +434,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Import { paths, out, into, dry_run, json, trust_project } => {
-            import(paths, out, into, dry_run, json, trust_project)
+            toolmux::import::command::import(paths, out, into, dry_run, json, trust_project)
         }
         Command::Connect { host, config, url, token_env, command, write, undo, file } => {
-            connect(host, config, url, token_env, command, write, undo, file)
+            toolmux::import::command::connect(host, config, url, token_env, command, write, undo, file)
         }
         Command::Login { backend, config, no_browser, timeout } => {
             let c = Config::load(&config)?;

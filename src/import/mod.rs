@@ -6,6 +6,7 @@
 //! headers into an env file; writing ([`write`]) renders a commented TOML file or merges into one.
 //! Nothing read from a host file is printed but names and paths.
 
+pub mod command;
 pub mod connect;
 mod files;
 pub mod formats;
