@@ -199,7 +199,7 @@ impl SessionManager for Sessions {
             if state.ended {
                 return Err(SessionError::Ended(id.clone()));
             }
-            session.forget_at.store(state.forget_completed(), Ordering::Relaxed);
+            session.forget_completed(&mut state);
             let stream = state.next_stream;
             state.next_stream += 1;
             let mut outlet = Outlet::new(Some(stream), 0);
@@ -267,7 +267,7 @@ impl SessionManager for Sessions {
         if state.ended {
             return Err(SessionError::Ended(id.clone()));
         }
-        session.forget_at.store(state.forget_completed(), Ordering::Relaxed);
+        session.forget_completed(&mut state);
         let events = match stream {
             None => state.listen(after),
             Some(stream) => {
@@ -340,6 +340,12 @@ impl Session {
         let inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let ended = || SessionError::Ended(self.id.clone());
         inbox.ok_or_else(ended)?.send(Box::new(message)).await.map_err(|_| ended())
+    }
+
+    /// Forgets the finished streams whose minute is up, and notes when the next one's is: the
+    /// one place that keeps `forget_at` in step with the streams kept.
+    fn forget_completed(&self, state: &mut State) {
+        self.forget_at.store(state.forget_completed(), Ordering::Relaxed);
     }
 
     /// Ends the session: the service's inbox closes and every stream ends.
@@ -615,8 +621,8 @@ impl Transport<RoleServer> for SessionTransport {
                 () = self.session.forget_sooner.notified() => {}
                 () = tokio::time::sleep(wait) => {
                     if now_ms() >= forget_at {
-                        let next = self.session.state.lock().await.forget_completed();
-                        self.session.forget_at.store(next, Ordering::Relaxed);
+                        let mut state = self.session.state.lock().await;
+                        self.session.forget_completed(&mut state);
                     }
                     let idle = now_ms() >= self.session.last_active.load(Ordering::Relaxed) + self.idle_timeout.as_millis() as u64;
                     if idle && !self.session.state.lock().await.open_requests() {
