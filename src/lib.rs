@@ -16,6 +16,7 @@
 //! | `health`   | probes, status, circuit breaker, change notifier |
 //! | `session`  | per-session scope snapshots behind ArcSwap, resync |
 //! | `auth`     | who is calling (bearer tokens, JWT) and what they may use (`[[policy]]`) |
+//! | `limits`   | how much they may use (`[[limits]]`): rates and quotas, here or in Redis |
 //! | `mcp`      | the MCP surface: passthrough and optimizer handlers |
 //! | `http`     | the axum router: /mcp, /healthz, /readyz, limits |
 //! | `app`      | the composition root: builds and owns everything |
@@ -41,6 +42,7 @@ pub mod health;
 pub mod http;
 pub mod import;
 pub mod index;
+pub mod limits;
 pub mod mcp;
 pub mod memory;
 pub mod metrics;

@@ -32,7 +32,8 @@ pub struct Method {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendOutcome {
     pub backend: String,
-    /// `ok`, `is_error`, `timeout`, `breaker_open`, `unavailable`, `cancelled` or `error`.
+    /// `ok`, `is_error`, `timeout`, `breaker_open`, `limited` (`[[limits]]`), `unavailable`,
+    /// `cancelled` or `error`.
     pub outcome: &'static str,
 }
 
@@ -91,6 +92,39 @@ pub struct Connections {
     pub cut: Family<Reason, Counter>,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLimit {
+    /// The `[[limits]]` rule's name (empty for a refusal by the store's setting).
+    pub rule: String,
+    /// The rule's key that refused (`rate`, `calls_per_day`, ...).
+    pub limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Action {
+    pub action: &'static str,
+}
+
+/// What `[[limits]]` counts (`crate::limits`), shared with the limiter.
+#[derive(Clone, Default)]
+pub struct LimitCounters {
+    /// Requests refused, by rule and limit.
+    pub refusals: Family<RuleLimit, Counter>,
+    /// Checks made while the shared store did not answer, by what was done (`local`, `refused`,
+    /// `allowed`: `sessions.limits_when_unreachable`).
+    pub unreachable: Family<Action, Counter>,
+}
+
+impl LimitCounters {
+    pub fn refused(&self, rule: &str, limit: &'static str) {
+        self.refusals.get_or_create(&RuleLimit { rule: rule.to_string(), limit }).inc();
+    }
+
+    pub fn unreachable(&self, action: &'static str) {
+        self.unreachable.get_or_create(&Action { action }).inc();
+    }
+}
+
 /// Latency buckets from 100 µs to about 26 s.
 fn seconds() -> Histogram {
     Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0001, 4.0, 10))
@@ -135,6 +169,7 @@ pub struct Metrics {
     pub connections: Connections,
     pub descriptor_limit: Gauge,
     pub descriptors_open: Gauge,
+    pub limits: LimitCounters,
     /// The last minutes, for the console's plots.
     pub traffic: traffic::Traffic,
 }
@@ -186,6 +221,7 @@ impl Metrics {
             connections: Connections::default(),
             descriptor_limit: Gauge::default(),
             descriptors_open: Gauge::default(),
+            limits: LimitCounters::default(),
             traffic: traffic::Traffic::new(),
         };
         r.register("requests", "MCP requests answered, by method and outcome", m.requests.clone());
@@ -282,6 +318,16 @@ impl Metrics {
         );
         r.register("descriptor_limit", "The process's file descriptor limit (soft)", m.descriptor_limit.clone());
         r.register("descriptors_open", "File descriptors the process holds", m.descriptors_open.clone());
+        r.register(
+            "limit_refusals",
+            "Requests refused by a [[limits]] rule, by rule and limit",
+            m.limits.refusals.clone(),
+        );
+        r.register(
+            "limit_store_unreachable",
+            "Limit checks made while the shared store did not answer, by what was done",
+            m.limits.unreachable.clone(),
+        );
         *m.registry.lock().expect("registry lock") = r;
         m
     }

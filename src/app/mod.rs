@@ -175,6 +175,7 @@ impl App {
             ct: ct.clone(),
         });
         gateway.set_auth(config.auth.clone());
+        gateway.limiter.set_rules(&config.limits);
 
         tasks.spawn(gateway.clone().run_notices(ct.child_token()));
         let clashes = Arc::new(Mutex::new(Vec::new()));
@@ -188,6 +189,7 @@ impl App {
             if let Some(learned) = learned.filter(|l| l.is_enabled()) {
                 tasks.spawn(share_learned(learned, shared.clone(), ct.child_token()));
             }
+            gateway.limiter.share(shared.clone(), config.sessions.limits_when_unreachable);
             gateway.share_sessions(shared);
         }
         let addr = if opts.http {

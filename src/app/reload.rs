@@ -26,6 +26,8 @@ pub struct Reloaded {
     pub changed: Vec<String>,
     /// Whether `[[policy]]` changed (every session's scope was re-derived).
     pub policy: bool,
+    /// Whether `[[limits]]` changed (put in force at once; counts kept by rule name).
+    pub limits: bool,
     /// Whether the bearer tokens or JWT settings changed (every request is checked against the new ones).
     pub auth: bool,
     /// Sections that changed but take effect only after a restart.
@@ -55,6 +57,9 @@ impl std::fmt::Display for Reloaded {
         }
         if self.policy {
             parts.push("policy changed".into());
+        }
+        if self.limits {
+            parts.push("limits changed".into());
         }
         if self.auth {
             parts.push("authentication changed".into());
@@ -122,6 +127,11 @@ impl App {
             let rules = crate::auth::policy::Rules::new(&next.policy, self.auth_required);
             gw.set_policy(Arc::new(rules) as Arc<dyn Policy>);
             done.policy = true;
+        }
+
+        if next.limits != running.limits {
+            gw.limiter.set_rules(&next.limits);
+            done.limits = true;
         }
 
         if let Some(auth) = auth {

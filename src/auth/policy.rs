@@ -86,7 +86,8 @@ impl Policy for Rules {
     }
 }
 
-fn set(patterns: &[String]) -> GlobSet {
+/// The patterns as one set (each was checked when the config was read; a bad one matches nothing).
+pub(crate) fn set(patterns: &[String]) -> GlobSet {
     let mut b = GlobSetBuilder::new();
     for p in patterns {
         if let Ok(g) = Glob::new(p) {

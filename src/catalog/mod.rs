@@ -158,7 +158,12 @@ impl CatalogTool {
 
 /// The reference gateway's token estimate: bytes of the tool's JSON / 4.
 pub fn token_weight(tool: &Tool) -> u64 {
-    serde_json::to_vec(tool).map(|v| v.len() as u64 / 4).unwrap_or(0)
+    tokens_of(tool)
+}
+
+/// The same estimate for anything sent to a client (a tool call's result, say).
+pub fn tokens_of<T: serde::Serialize>(value: &T) -> u64 {
+    serde_json::to_vec(value).map(|v| v.len() as u64 / 4).unwrap_or(0)
 }
 
 /// The input schema's properties as (name, description) pairs, in schema order.

@@ -8,6 +8,7 @@
 mod aggregation;
 mod auth;
 pub mod envfile;
+mod limits;
 mod raw;
 mod sessions;
 
@@ -16,6 +17,7 @@ pub use auth::{
     ANONYMOUS, AuthConfig, AuthMode, BearerToken, CLIENT_PRINCIPAL, CLIENT_TOKEN, JWT_ALGORITHMS, JwksSource,
     JwtConfig, PolicyRule,
 };
+pub use limits::{LimitRule, Rate, WhenUnreachable};
 pub use sessions::{RedisConfig, SealKey, SessionStore, SessionsConfig};
 
 use std::collections::{BTreeMap, HashSet};
@@ -42,6 +44,7 @@ pub struct Config {
     pub health: HealthConfig,
     pub auth: AuthConfig,
     pub policy: Vec<PolicyRule>,
+    pub limits: Vec<LimitRule>,
     pub sessions: SessionsConfig,
     pub groups: GroupsConfig,
 }
@@ -454,13 +457,14 @@ impl Validator<'_> {
         let health = self.health(raw.health.unwrap_or_default());
         let auth = self.auth(raw.auth.unwrap_or_default(), server.listen);
         let policy = self.policy(raw.policy, &names);
+        let limits = self.limits(raw.limits, &names);
         let sessions = self.sessions(raw.sessions.unwrap_or_default());
         let groups = raw.groups.unwrap_or_default();
         let groups = GroupsConfig {
             enabled: groups.enabled.unwrap_or(false),
             top_level: self.globs("groups.top_level", groups.top_level.unwrap_or_default()),
         };
-        Config { server, backends, aggregation, optimizer, health, auth, policy, sessions, groups }
+        Config { server, backends, aggregation, optimizer, health, auth, policy, limits, sessions, groups }
     }
 
     fn server(&mut self, raw: raw::Server) -> ServerConfig {

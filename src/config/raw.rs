@@ -24,6 +24,8 @@ pub struct File {
     pub groups: Option<Groups>,
     #[serde(default)]
     pub policy: Vec<PolicyRule>,
+    #[serde(default)]
+    pub limits: Vec<LimitRule>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -83,6 +85,7 @@ pub struct Sessions {
     pub timeout: Option<String>,
     pub tls_ca_file: Option<String>,
     pub secret: Option<String>,
+    pub limits_when_unreachable: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -93,6 +96,24 @@ pub struct PolicyRule {
     pub backends: Option<Vec<String>>,
     pub tools: Option<Vec<String>>,
     pub effect: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitRule {
+    pub name: Option<String>,
+    pub principals: Option<Vec<String>>,
+    pub groups: Option<Vec<String>>,
+    pub backends: Option<Vec<String>>,
+    pub tools: Option<Vec<String>>,
+    pub per: Option<String>,
+    pub rate: Option<String>,
+    pub burst: Option<i64>,
+    pub find_tool_rate: Option<String>,
+    pub calls_per_hour: Option<i64>,
+    pub calls_per_day: Option<i64>,
+    pub result_tokens_per_hour: Option<i64>,
+    pub result_tokens_per_day: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

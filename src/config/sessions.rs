@@ -4,12 +4,14 @@ use std::time::Duration;
 
 use sha2::Digest;
 
-use super::{Validator, raw};
+use super::{Validator, WhenUnreachable, raw};
 
 /// Where client sessions live besides the memory of the replica serving them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionsConfig {
     pub store: SessionStore,
+    /// What `[[limits]]` checks do while the Redis store does not answer.
+    pub limits_when_unreachable: WhenUnreachable,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -51,7 +53,7 @@ pub const MIN_SECRET_CHARS: usize = 32;
 
 impl Default for SessionsConfig {
     fn default() -> Self {
-        Self { store: SessionStore::Memory }
+        Self { store: SessionStore::Memory, limits_when_unreachable: WhenUnreachable::Local }
     }
 }
 
@@ -64,13 +66,14 @@ impl Validator<'_> {
             || raw.key_prefix.is_some()
             || raw.timeout.is_some()
             || raw.tls_ca_file.is_some()
-            || raw.secret.is_some();
+            || raw.secret.is_some()
+            || raw.limits_when_unreachable.is_some();
         let store = match raw.store.as_deref() {
             None | Some("memory") => {
                 if redis_keys_given {
                     self.problem(
                         "sessions.store",
-                        "redis_url, key_prefix, timeout, tls_ca_file and secret need store = \"redis\"",
+                        "redis_url, key_prefix, timeout, tls_ca_file, secret and limits_when_unreachable need store = \"redis\"",
                     );
                 }
                 SessionStore::Memory
@@ -144,6 +147,7 @@ impl Validator<'_> {
                 SessionStore::Memory
             }
         };
-        SessionsConfig { store }
+        let limits_when_unreachable = self.when_unreachable(raw.limits_when_unreachable.as_deref());
+        SessionsConfig { store, limits_when_unreachable }
     }
 }

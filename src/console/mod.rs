@@ -139,7 +139,11 @@ type State = axum::extract::State<Arc<Gateway>>;
 type Who = Option<axum::Extension<Caller>>;
 
 async fn overview(gw: State, who: Who) -> Response {
-    axum::Json(views::overview(&gw, &caller_of(who))).into_response()
+    let caller = caller_of(who);
+    // Admins see everyone's use of their limits; anyone else, their own.
+    let only = (!gw.is_admin(&caller)).then_some(caller.principal.as_str());
+    let limits = gw.limiter.usage(only).await;
+    axum::Json(views::overview(&gw, &caller, &limits)).into_response()
 }
 
 async fn tools(gw: State, who: Who) -> Response {

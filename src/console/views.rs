@@ -28,7 +28,7 @@ fn viewer(gw: &Gateway, caller: &Caller) -> Value {
 /// The overview: `/status` as the caller may see it (anyone but an admin: only the backends
 /// their policy lets them use), and sessions and tasks by principal (an admin sees every
 /// principal; anyone else only their own).
-pub fn overview(gw: &Gateway, caller: &Caller) -> Value {
+pub fn overview(gw: &Gateway, caller: &Caller, limits: &[crate::limits::Usage]) -> Value {
     let admin = gw.is_admin(caller);
     let mut rows: BTreeMap<String, PrincipalRow> = BTreeMap::new();
     for (principal, n) in gw.registry().by_principal() {
@@ -59,6 +59,7 @@ pub fn overview(gw: &Gateway, caller: &Caller) -> Value {
         "viewer": viewer(gw, caller),
         "status": gw.status_for(caller),
         "principals": principals,
+        "limits": limits,
     })
 }
 
@@ -140,7 +141,7 @@ pub async fn search(gw: &Arc<Gateway>, caller: &Caller, req: SearchRequest) -> R
     }
     // The same search find_tool runs (its limits, its ranking); no session, so nothing learned.
     let handler = GatewayHandler::new(gw.clone());
-    let found = match handler.search(Some(&args), &snap).await {
+    let found = match handler.search(Some(&args), &snap, caller).await {
         Ok(found) => found,
         Err(refused) => {
             let text = refused.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default();

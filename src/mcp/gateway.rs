@@ -115,6 +115,8 @@ pub struct Gateway {
     /// Bumped by every [`Gateway::set_policy`].
     policy_version: AtomicU64,
     pub limits: Limits,
+    /// `[[limits]]`: rates and quotas per caller (rules put in force by the app and reloads).
+    pub limiter: crate::limits::Limiter,
     pub max_query_chars: usize,
     pub local_caller: Caller,
     ready: AtomicBool,
@@ -156,6 +158,8 @@ fn pinned_set(globs: &[String]) -> Option<globset::GlobSet> {
 impl Gateway {
     pub fn new(p: Parts) -> Arc<Self> {
         let (epoch, _) = watch::channel(0);
+        let metrics = crate::metrics::Metrics::new();
+        let limiter = crate::limits::Limiter::new(&[], metrics.limits.clone());
         Arc::new(Self {
             mode: p.mode,
             max_tools: p.max_tools,
@@ -197,7 +201,8 @@ impl Gateway {
             inflight: tokio_util::task::TaskTracker::new(),
             counters: Counters::default(),
             reloads: Mutex::default(),
-            metrics: crate::metrics::Metrics::new(),
+            metrics,
+            limiter,
             shared_sessions: std::sync::OnceLock::new(),
             ct: p.ct,
         })

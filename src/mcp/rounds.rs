@@ -64,6 +64,8 @@ pub struct PendingCall {
     pub started: std::time::Instant,
     /// The client's trace context, passed on to the backend.
     pub trace: crate::telemetry::Trace,
+    /// The `[[limits]]` windows its result's tokens count against.
+    pub admitted: crate::limits::Admitted,
 }
 
 impl PendingCall {

@@ -286,17 +286,24 @@ impl SharedSessions {
     /// While the store is down, fails at once: the write-through's probe finds out when it is
     /// back, so an outage costs requests nothing but the lookups they cannot have.
     async fn run<T: redis::FromRedisValue>(&self, cmd: &redis::Pipeline) -> Result<T, Unreachable> {
-        if self.state.load(Ordering::Acquire) == DOWN {
-            let last = self.last_error.lock().expect("store error lock").as_ref().map(|(e, _)| e.clone());
-            return Err(Unreachable(last.unwrap_or_else(|| "down".into())));
+        if let Some(down) = self.down() {
+            return Err(down);
         }
         self.probe(cmd).await
     }
 
     /// Runs one command (or pipeline) against the deadline, whatever the store's state.
     async fn probe<T: redis::FromRedisValue>(&self, cmd: &redis::Pipeline) -> Result<T, Unreachable> {
-        let mut conn = self.redis.clone();
-        let outcome = tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut conn)).await;
+        self.attempt(|mut conn| async move { cmd.query_async::<T>(&mut conn).await }).await
+    }
+
+    /// Runs `request` on a connection against the deadline, recording how the store is doing.
+    async fn attempt<T, F, Fut>(&self, request: F) -> Result<T, Unreachable>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let outcome = tokio::time::timeout(self.timeout, request(self.redis.clone())).await;
         let error = match outcome {
             Ok(Ok(v)) => {
                 self.state.store(UP, Ordering::Release);
@@ -312,6 +319,38 @@ impl SharedSessions {
         *self.last_error.lock().expect("store error lock") = Some((error.clone(), SystemTime::now()));
         self.wake.notify_one();
         Err(Unreachable(error))
+    }
+
+    /// While the store is down: its last error.
+    fn down(&self) -> Option<Unreachable> {
+        if self.state.load(Ordering::Acquire) != DOWN {
+            return None;
+        }
+        let last = self.last_error.lock().expect("store error lock").as_ref().map(|(e, _)| e.clone());
+        Some(Unreachable(last.unwrap_or_else(|| "down".into())))
+    }
+
+    /// What every key toolmux writes starts with (`sessions.key_prefix`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Runs a pipeline for another part of the gateway (as every command here: failing at once
+    /// while the store is down).
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Pipeline) -> Result<T, Unreachable> {
+        self.run(cmd).await
+    }
+
+    /// Runs a script (EVALSHA, loading it first if the server does not have it), failing at
+    /// once while the store is down.
+    pub async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, Unreachable> {
+        if let Some(down) = self.down() {
+            return Err(down);
+        }
+        self.attempt(|mut conn| async move { invocation.invoke_async::<T>(&mut conn).await }).await
     }
 
     /// The stored session `id`, for a replica that has not seen it.

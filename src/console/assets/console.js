@@ -100,6 +100,11 @@ async function overview() {
     el('td', {}, p.tasks_finished), el('td', {}, p.sessionless ? 'yes' : 'no')))
     : [el('tr', {}, el('td', { colspan: 5, class: 'empty' }, 'no sessions or tasks'))];
   fill(document.querySelector('#principals tbody'), principals);
+  const limits = data.limits.length ? data.limits.map(u => el('tr', { 'data-limit': u.rule + ' ' + u.limit, 'data-principal': u.principal },
+    el('td', {}, u.principal === '*' ? '(everyone, shared)' : u.principal), el('td', {}, u.rule), el('td', {}, u.limit),
+    el('td', { class: u.used >= u.allowed ? 'error' : null }, u.used), el('td', {}, u.allowed)))
+    : [el('tr', {}, el('td', { colspan: 5, class: 'empty' }, 'no [[limits]] rule has counted a request yet'))];
+  fill(document.querySelector('#limits tbody'), limits);
   const r = s.reload;
   const reload = r.last_error ? 'Last reload refused: ' + r.last_error
     : r.last ? 'Last reload: ' + r.last : r.applied ? '(details for admins)' : 'None since start.';

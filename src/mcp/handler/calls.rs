@@ -11,6 +11,7 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use super::{Completed, GatewayHandler, call_error, tasks};
 use crate::config::Mode;
+use crate::limits::Action;
 use crate::mcp::meta;
 use crate::mcp::relay::{Ask, CallClient, Relayed};
 use crate::mcp::rounds::{self, Parked, PendingCall, Retry};
@@ -100,6 +101,20 @@ impl GatewayHandler {
                 .into());
             }
         };
+        // `[[limits]]`: a call over a limit goes no further, and spends nothing.
+        let admitted = match self
+            .gw
+            .limiter
+            .check(&caller, Action::Call { backend: backend.name(), tool: &tool.key.tool })
+            .await
+        {
+            Ok(a) => a,
+            Err(refused) => {
+                self.gw.metrics.tool_call(backend.name(), "limited", std::time::Duration::ZERO);
+                let why = refused.message(&format!("the call of {name}"));
+                return Ok(meta::error_result(format!("{why}. Until then, use another tool or tell the user.")).into());
+            }
+        };
         let link = match self.link(&backend, ctx).await {
             Ok(l) => l,
             Err(e) => return call_error(self.gw.mode, e).map(|r| r.completed().into()),
@@ -147,6 +162,7 @@ impl GatewayHandler {
             rounds: 0,
             started: std::time::Instant::now(),
             trace: Trace::of(ctx),
+            admitted,
         };
         call.start();
         let span = tracing::info_span!("backend_call", backend = call.backend.name(), upstream = call.link.conn);
@@ -226,6 +242,11 @@ impl GatewayHandler {
             Err(CallError::ConnectionLost { .. } | CallError::Remote { .. }) => "error",
         };
         self.gw.metrics.tool_call(call.backend.name(), label, call.started.elapsed());
+        if let Ok(Answer::Complete(r)) = &outcome
+            && call.admitted.counts_tokens()
+        {
+            self.gw.limiter.spend_tokens(std::mem::take(&mut call.admitted), crate::catalog::tokens_of(r));
+        }
         match outcome {
             Ok(Answer::Complete(r)) => Ok(r.completed().into()),
             // A 2026-07-28 backend's own round, for a client that speaks it: unchanged.

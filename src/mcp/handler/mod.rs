@@ -425,9 +425,11 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.measured("resources/read", &context, async {
             let uri = request.uri.clone();
-            let Some(backend) = self.resource_owner(&self.caller(&context), &uri) else {
+            let caller = self.caller(&context);
+            let Some(backend) = self.resource_owner(&caller, &uri) else {
                 return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
             };
+            self.admit_read(&caller, &backend, &format!("reading {uri}")).await?;
             let link = self.link(&backend, &context).await.map_err(wire_error)?;
             let answer = self
                 .with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct))
@@ -500,10 +502,12 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         self.measured("prompts/get", &context, async {
-            let prompts = self.prompts(&self.caller(&context));
+            let caller = self.caller(&context);
+            let prompts = self.prompts(&caller);
             let Some((_, backend, original)) = prompts.into_iter().find(|(p, _, _)| p.name == request.name) else {
                 return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
             };
+            self.admit_read(&caller, &backend, &format!("getting prompt {}", request.name)).await?;
             request.name = original;
             let link = self.link(&backend, &context).await.map_err(wire_error)?;
             let answer = self
@@ -541,6 +545,27 @@ macro_rules! completed {
 completed!(CallToolResult, ReadResourceResult, GetPromptResult, CompleteResult);
 
 /// A backend that answered a resource or prompt request with a task (only a tool call may).
+/// The JSON-RPC error code of a request refused by `[[limits]]` (in the range JSON-RPC leaves
+/// to servers; HTTP's 429 in its last digits). `data` carries `limit` and `retryAfter` (seconds).
+pub const LIMITED: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32029);
+
+impl GatewayHandler {
+    /// Admits a resource read or prompt get on `backend` under `[[limits]]`, or answers the
+    /// JSON-RPC error that names the limit and when to retry.
+    async fn admit_read(&self, caller: &Caller, backend: &Backend, what: &str) -> Result<(), ErrorData> {
+        match self.gw.limiter.check(caller, crate::limits::Action::Read { backend: backend.name() }).await {
+            Ok(_) => Ok(()),
+            Err(refused) => Err(ErrorData::new(
+                LIMITED,
+                refused.message(what),
+                Some(
+                    serde_json::json!({"limit": refused.rule, "key": refused.limit.key(), "retryAfter": refused.retry_secs()}),
+                ),
+            )),
+        }
+    }
+}
+
 fn not_a_tool_call() -> ErrorData {
     ErrorData::internal_error("the backend answered with a task, which only a tool call may be", None)
 }

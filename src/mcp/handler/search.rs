@@ -61,7 +61,7 @@ impl Found {
 impl GatewayHandler {
     /// find_tool over `snap` (also used by `toolmux find`).
     pub async fn find_tool(&self, args: Option<&rmcp::model::JsonObject>, snap: &Snapshot) -> CallToolResult {
-        let found = match self.search(args, snap).await {
+        let found = match self.search(args, snap, &snap.caller).await {
             Ok(found) => found,
             Err(refused) => return refused,
         };
@@ -80,12 +80,13 @@ impl GatewayHandler {
 
     /// find_tool's search over `snap`, with everything its answer says, or the `isError` answer
     /// for a request it refuses (bad arguments, too long, the model busy: counted, since the
-    /// model's queue is shared). Counts no search and learns nothing:
-    /// [`GatewayHandler::find_tool`] does that for agents' requests.
+    /// model's queue is shared, or over `payer`'s `find_tool_rate`). Counts no search and
+    /// learns nothing: [`GatewayHandler::find_tool`] does that for agents' requests.
     pub async fn search(
         &self,
         args: Option<&rmcp::model::JsonObject>,
         snap: &Snapshot,
+        payer: &crate::session::Caller,
     ) -> Result<Found, CallToolResult> {
         let args = meta::parse_find(args).map_err(meta::error_result)?;
         // Checked before anything is tokenised or cached: the model reads 256 word pieces
@@ -101,6 +102,12 @@ impl GatewayHandler {
         if keyword_chars > max {
             return Err(meta::error_result(format!(
                 "tool_keywords add up to {keyword_chars} characters; the limit is {max} (optimizer.max_query_chars). Give a few distinctive words."
+            )));
+        }
+        if let Err(refused) = self.gw.limiter.check(payer, crate::limits::Action::Search).await {
+            return Err(meta::error_result(format!(
+                "{}. Until then, call the tools you already found with call_tool.",
+                refused.message("find_tool")
             )));
         }
         let query = Query { description: args.description, keywords: args.keywords };
