@@ -117,7 +117,7 @@ fn main() {
                 .map(|i| {
                     let a = args(make(i));
                     let at = Instant::now();
-                    let r = rt.block_on(handler.find_tool(Some(&a), &snap));
+                    let (r, _) = rt.block_on(handler.find_tool(Some(&a), &snap));
                     let took = at.elapsed();
                     assert_ne!(r.is_error, Some(true));
                     took
@@ -198,7 +198,7 @@ fn concurrent() {
                         let q = format!("send a chat message to the team {}", base + (c * each + i) as u64);
                         a.insert("tool_description".into(), q.into());
                         let at = Instant::now();
-                        let r = handler.find_tool(Some(&a), &snap).await;
+                        let (r, _) = handler.find_tool(Some(&a), &snap).await;
                         times.push(at.elapsed());
                         busy += usize::from(r.is_error == Some(true));
                     }

@@ -72,7 +72,7 @@ fn measure_memory(cache_dir: &std::path::Path) {
     for (i, q) in query_texts.iter().take(50).enumerate() {
         let mut args = serde_json::Map::new();
         args.insert("tool_description".into(), q.as_str().into());
-        let r = rt.block_on(handler.find_tool(Some(&args), &sessions[i * 17 % SESSIONS].snapshot()));
+        let (r, _) = rt.block_on(handler.find_tool(Some(&args), &sessions[i * 17 % SESSIONS].snapshot()));
         assert_ne!(r.is_error, Some(true));
     }
     let (steady, steady_peak) = (rss_mib(), peak_rss_mib());

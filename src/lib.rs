@@ -17,6 +17,7 @@
 //! | `session`  | per-session scope snapshots behind ArcSwap, resync |
 //! | `auth`     | who is calling (bearer tokens, JWT) and what they may use (`[[policy]]`) |
 //! | `limits`   | how much they may use (`[[limits]]`): rates and quotas, here or in Redis |
+//! | `audit`    | the trail of who did what (`[audit]`): chained JSON lines, verified and summarised |
 //! | `mcp`      | the MCP surface: passthrough and optimizer handlers |
 //! | `http`     | the axum router: /mcp, /healthz, /readyz, limits |
 //! | `app`      | the composition root: builds and owns everything |
@@ -30,6 +31,7 @@
 //! handed back; the descriptor limit, raised at start).
 
 pub mod app;
+pub mod audit;
 pub mod auth;
 pub mod catalog;
 pub mod config;

@@ -50,6 +50,11 @@ enum Command {
         #[arg(long, env = "TOOLMUX_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// The audit trail (`[audit]`): check its chain, or count what it records.
+    Audit {
+        #[command(subcommand)]
+        action: AuditAction,
+    },
     /// Validate a configuration file: exit 0, or 2 with every problem named by key and line.
     CheckConfig { file: PathBuf },
     /// The tool ledger (`[health] tool_ledger`): tool versions held back by `freeze_tools`.
@@ -204,6 +209,25 @@ enum Command {
         sets: Vec<PathBuf>,
         #[arg(long)]
         model_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum AuditAction {
+    /// Walk the chain through the trail's files (the current one and the rotated ones, in any
+    /// order) and name the first line changed, removed or inserted: exit 0, or 1.
+    Verify {
+        files: Vec<PathBuf>,
+        /// The gateway's configuration, for `audit.key` when the chain is keyed.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Count the actions by day, principal and backend: calls, searches, refusals, errors, and
+    /// the tokens of results, of tool definitions served, and saved.
+    Summary {
+        files: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -460,6 +484,12 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             println!("logged in to `{backend}`; the grant is in {} (readable by you only)", file.display());
             println!("a running gateway uses it on its next connection attempt to the backend (within 30 s)");
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Audit { action: AuditAction::Verify { files, config } } => {
+            toolmux::audit::command::verify(&files, config.as_deref())
+        }
+        Command::Audit { action: AuditAction::Summary { files, json } } => {
+            toolmux::audit::command::summary(&files, json)
         }
         Command::CheckConfig { file } => {
             let c = Config::load(&file)?;

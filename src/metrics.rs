@@ -125,6 +125,20 @@ impl LimitCounters {
     }
 }
 
+/// What the audit trail counts (`crate::audit`), shared with its writer.
+#[derive(Clone, Default)]
+pub struct AuditCounters {
+    pub written: Counter,
+    /// Lines lost, by why: `queue` (full), `write` (the file could not be written).
+    pub lost: Family<Reason, Counter>,
+}
+
+impl AuditCounters {
+    pub fn lost(&self, reason: &'static str) {
+        self.lost.get_or_create(&Reason { reason }).inc();
+    }
+}
+
 /// Latency buckets from 100 µs to about 26 s.
 fn seconds() -> Histogram {
     Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(0.0001, 4.0, 10))
@@ -170,6 +184,7 @@ pub struct Metrics {
     pub descriptor_limit: Gauge,
     pub descriptors_open: Gauge,
     pub limits: LimitCounters,
+    pub audit: AuditCounters,
     /// The last minutes, for the console's plots.
     pub traffic: traffic::Traffic,
 }
@@ -222,6 +237,7 @@ impl Metrics {
             descriptor_limit: Gauge::default(),
             descriptors_open: Gauge::default(),
             limits: LimitCounters::default(),
+            audit: AuditCounters::default(),
             traffic: traffic::Traffic::new(),
         };
         r.register("requests", "MCP requests answered, by method and outcome", m.requests.clone());
@@ -327,6 +343,12 @@ impl Metrics {
             "limit_store_unreachable",
             "Limit checks made while the shared store did not answer, by what was done",
             m.limits.unreachable.clone(),
+        );
+        r.register("audit_lines", "Lines written to the audit trail", m.audit.written.clone());
+        r.register(
+            "audit_lines_lost",
+            "Audit lines lost, by reason (queue: the queue was full; write: the file could not be written)",
+            m.audit.lost.clone(),
         );
         *m.registry.lock().expect("registry lock") = r;
         m

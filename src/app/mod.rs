@@ -176,10 +176,14 @@ impl App {
         });
         gateway.set_auth(config.auth.clone());
         gateway.limiter.set_rules(&config.limits);
+        gateway.set_audit(crate::audit::Audit::start(&config.audit, gateway.metrics.audit.clone())?);
 
         tasks.spawn(gateway.clone().run_notices(ct.child_token()));
         let clashes = Arc::new(Mutex::new(Vec::new()));
         tasks.spawn(catalog_task(gateway.clone(), clashes.clone(), ct.child_token()));
+        if gateway.audit().is_on() {
+            tasks.spawn(audit_logins(gateway.clone(), ct.child_token()));
+        }
 
         if opts.http
             && let crate::config::SessionStore::Redis(redis) = &config.sessions.store
@@ -292,6 +296,9 @@ impl App {
             tracing::warn!("some tasks did not stop within {DRAIN:?}");
         }
         self.gateway.upstream.children().terminate_all(CHILD_GRACE).await;
+        // Every line queued is written before the stop is done.
+        let gateway = self.gateway.clone();
+        let _ = tokio::task::spawn_blocking(move || gateway.audit().close()).await;
         self.stopped.cancel();
     }
 
@@ -366,6 +373,39 @@ async fn keep_learned(learned: Arc<Learned>, ct: CancellationToken) {
 /// Rebuilds the store when the backends' tools change and tells sessions when their scope may
 /// have changed (new generation, or a backend's advertisability flipped). Sole writer of the
 /// store's generations.
+/// Writes a `login` line in the audit trail each time a backend comes to need a login (its
+/// grant refused or revoked) and each time a grant is in use again (after `toolmux login`).
+async fn audit_logins(gw: Arc<Gateway>, ct: CancellationToken) {
+    let mut backends = gw.upstream.subscribe();
+    let mut health = gw.health.subscribe();
+    let mut waiting: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+    // A refusal is recorded on the backend at once, with no notice: looked at every few seconds.
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tokio::select! {
+            _ = ct.cancelled() => return,
+            r = backends.changed() => if r.is_err() { return },
+            r = health.changed() => if r.is_err() { return },
+            _ = tick.tick() => {}
+        }
+        for b in gw.upstream.backends().iter() {
+            let needs = b.needs_login();
+            let was = waiting.insert(b.name().to_string(), needs.is_some());
+            let mut e = match (was, &needs) {
+                (Some(false) | None, Some(n)) => {
+                    let mut e = crate::audit::Entry::new("login", "operator", "refused");
+                    e.detail = Some(n.for_operator());
+                    e
+                }
+                (Some(true), None) => crate::audit::Entry::new("login", "operator", "allowed"),
+                _ => continue,
+            };
+            e.backend = Some(b.name().to_string());
+            gw.audit().record(e);
+        }
+    }
+}
+
 async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: CancellationToken) {
     let mut backends = gw.upstream.subscribe();
     let mut health = gw.health.subscribe();
@@ -514,7 +554,7 @@ pub async fn find(app: &App, query: &str, keywords: Vec<String>) -> serde_json::
     args.insert("tool_keywords".into(), keywords.into());
     let snap = app.gateway.scope_for(&crate::session::Caller::anonymous());
     let handler = crate::mcp::GatewayHandler::new(app.gateway.clone());
-    let r = handler.find_tool(Some(&args), &snap).await;
+    let (r, _) = handler.find_tool(Some(&args), &snap).await;
     r.structured_content.unwrap_or_else(|| serde_json::json!({"error": format!("{:?}", r.content)}))
 }
 

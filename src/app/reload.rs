@@ -96,7 +96,11 @@ impl App {
             true => Some(crate::auth::Authenticator::new(&next.auth).await),
             false => None,
         };
-        self.apply(next, auth)
+        let done = self.apply(next, auth);
+        let mut e = crate::audit::Entry::new("config/reload", "operator", "allowed");
+        e.detail = Some(done.to_string());
+        self.gateway.audit().record(e);
+        done
     }
 
     fn apply(&self, mut next: Config, auth: Option<crate::auth::Authenticator>) -> Reloaded {
@@ -169,6 +173,7 @@ impl App {
             aggregation => "[aggregation]",
             auth => "[auth]",
             sessions => "[sessions]",
+            audit => "[audit]",
             groups => "[groups]",
         );
         *running = next;
@@ -211,6 +216,9 @@ impl App {
 
     /// Records a reload refused because the new configuration is invalid.
     pub fn reload_refused(&self, why: String) {
+        let mut e = crate::audit::Entry::new("config/reload", "operator", "refused");
+        e.detail = Some(why.clone());
+        self.gateway.audit().record(e);
         let mut log = self.gateway.reloads.lock().expect("reload log");
         log.last_error = Some(why);
         log.at = Some(unix_now());

@@ -6,6 +6,7 @@
 //! key path and the line it stands on. Nothing binds or spawns before this succeeds.
 
 mod aggregation;
+mod audit;
 mod auth;
 pub mod envfile;
 mod limits;
@@ -13,6 +14,7 @@ mod raw;
 mod sessions;
 
 pub use aggregation::{Aggregation, BackendTools, ConflictResolution, Override};
+pub use audit::{AuditConfig, AuditKey, OnFailure};
 pub use auth::{
     ANONYMOUS, AuthConfig, AuthMode, BearerToken, CLIENT_PRINCIPAL, CLIENT_TOKEN, JWT_ALGORITHMS, JwksSource,
     JwtConfig, PolicyRule,
@@ -45,6 +47,7 @@ pub struct Config {
     pub auth: AuthConfig,
     pub policy: Vec<PolicyRule>,
     pub limits: Vec<LimitRule>,
+    pub audit: AuditConfig,
     pub sessions: SessionsConfig,
     pub groups: GroupsConfig,
 }
@@ -458,13 +461,14 @@ impl Validator<'_> {
         let auth = self.auth(raw.auth.unwrap_or_default(), server.listen);
         let policy = self.policy(raw.policy, &names);
         let limits = self.limits(raw.limits, &names);
+        let audit = self.audit(raw.audit.unwrap_or_default());
         let sessions = self.sessions(raw.sessions.unwrap_or_default());
         let groups = raw.groups.unwrap_or_default();
         let groups = GroupsConfig {
             enabled: groups.enabled.unwrap_or(false),
             top_level: self.globs("groups.top_level", groups.top_level.unwrap_or_default()),
         };
-        Config { server, backends, aggregation, optimizer, health, auth, policy, limits, sessions, groups }
+        Config { server, backends, aggregation, optimizer, health, auth, policy, limits, audit, sessions, groups }
     }
 
     fn server(&mut self, raw: raw::Server) -> ServerConfig {

@@ -26,6 +26,20 @@ pub struct File {
     pub policy: Vec<PolicyRule>,
     #[serde(default)]
     pub limits: Vec<LimitRule>,
+    pub audit: Option<Audit>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Audit {
+    pub file: Option<String>,
+    pub max_bytes: Option<i64>,
+    pub max_age: Option<String>,
+    pub arguments: Option<bool>,
+    pub requests: Option<bool>,
+    pub queue: Option<i64>,
+    pub on_failure: Option<String>,
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

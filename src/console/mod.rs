@@ -199,7 +199,21 @@ async fn accept(
         Ok(r) => r,
         Err(res) => return *res,
     };
-    match views::accept(&gw, &caller_of(who), &req.backend, req.tool.as_deref()).await {
+    let caller = caller_of(who);
+    let answer = views::accept(&gw, &caller, &req.backend, req.tool.as_deref()).await;
+    let decision = match &answer {
+        Ok(_) => "allowed",
+        Err(views::Refused::Forbidden(_)) => "denied",
+        Err(views::Refused::Invalid(_)) => "refused",
+    };
+    let mut e = crate::audit::Entry::new("console/accept", &caller.principal, decision);
+    e.backend = Some(req.backend.clone());
+    e.tool = req.tool.clone();
+    if let Err(views::Refused::Invalid(why)) = &answer {
+        e.detail = Some(why.clone());
+    }
+    gw.audit().record(e);
+    match answer {
         Ok(v) => axum::Json(v).into_response(),
         Err(r) => refused(r),
     }

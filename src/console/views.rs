@@ -144,7 +144,8 @@ pub async fn search(gw: &Arc<Gateway>, caller: &Caller, req: SearchRequest) -> R
     let found = match handler.search(Some(&args), &snap, caller).await {
         Ok(found) => found,
         Err(refused) => {
-            let text = refused.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default();
+            let text =
+                refused.result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap_or_default();
             return Err(Refused::Invalid(text));
         }
     };

@@ -117,6 +117,8 @@ pub struct Gateway {
     pub limits: Limits,
     /// `[[limits]]`: rates and quotas per caller (rules put in force by the app and reloads).
     pub limiter: crate::limits::Limiter,
+    /// `[audit]`, set by the app ([`Gateway::audit`]).
+    audit: std::sync::OnceLock<crate::audit::Audit>,
     pub max_query_chars: usize,
     pub local_caller: Caller,
     ready: AtomicBool,
@@ -203,9 +205,21 @@ impl Gateway {
             reloads: Mutex::default(),
             metrics,
             limiter,
+            audit: std::sync::OnceLock::new(),
             shared_sessions: std::sync::OnceLock::new(),
             ct: p.ct,
         })
+    }
+
+    /// Keeps the audit trail in `audit` from now on (set once, before the listener starts).
+    pub fn set_audit(&self, audit: crate::audit::Audit) {
+        let _ = self.audit.set(audit);
+    }
+
+    /// The audit trail (one that writes nothing, without `[audit]`).
+    pub fn audit(&self) -> &crate::audit::Audit {
+        static OFF: crate::audit::Audit = crate::audit::Audit::off();
+        self.audit.get().unwrap_or(&OFF)
     }
 
     /// Shares this gateway's sessions through `store` (before it serves any).

@@ -116,6 +116,8 @@ impl Gateway {
         let mut v = serde_json::to_value(self.status()).expect("the status serialises");
         if self.is_admin(caller) {
             v["details"] = true.into();
+            // The trail's file, counts and chain head: compare the head with `audit verify`'s.
+            v["audit"] = self.audit().status();
             return v;
         }
         let shown = self.backends_shown_to(caller);
@@ -360,6 +362,16 @@ pub fn table(s: &serde_json::Value) -> String {
             text(&store["state"]),
             text(&store["restored"]),
             text(&store["pending_writes"]),
+        );
+    }
+    if let Some(file) = s["audit"]["file"].as_str() {
+        let lost = s["audit"]["lines_lost"].as_u64().unwrap_or(0);
+        let lost = if lost > 0 { format!(", {lost} LOST") } else { String::new() };
+        let _ = writeln!(
+            out,
+            "audit trail: {file}, {} lines written{lost}, head {}",
+            text(&s["audit"]["lines_written"]),
+            text(&s["audit"]["head"])
         );
     }
     if let Some(limit) = s["descriptors"]["limit"].as_u64() {

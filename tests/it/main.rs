@@ -5,6 +5,7 @@ mod harness;
 #[path = "../conformance/server.rs"]
 mod conformance_server;
 
+mod audit;
 mod auth;
 mod cli;
 mod console;

@@ -152,7 +152,7 @@ async fn nothing_reaches_outside_the_callers_policy() {
             assert_eq!(snap.baseline_tokens, tokens, "round {round}: token baseline counts only allowed tools");
             for query in QUERIES {
                 let args = json!({"tool_description": query}).as_object().cloned().unwrap();
-                let r = handler.find_tool(Some(&args), &snap).await;
+                let (r, _) = handler.find_tool(Some(&args), &snap).await;
                 let body = r.structured_content.expect("find_tool's structured answer");
                 for t in body["tools"].as_array().unwrap() {
                     found += 1;

@@ -22,17 +22,73 @@ use crate::upstream::{Answer, CallError};
 /// Scheduler turns given to trailing backend notifications after a call's result arrives.
 const RELAY_SETTLE_YIELDS: usize = 4;
 
+/// What the audit line of a call says beyond its answer: filled in as the call goes.
+struct Note {
+    backend: Option<String>,
+    tool: Option<String>,
+    decision: &'static str,
+    detail: Option<String>,
+}
+
 impl GatewayHandler {
-    /// Forwards the call of the tool exposed as `name` in `snap`, or answers why it cannot be.
+    /// Forwards the call of the tool exposed as `name` in `snap`, or answers why it cannot be,
+    /// and writes its line in the audit trail.
     pub(super) async fn forward_call(
+        &self,
+        snap: &Snapshot,
+        name: &str,
+        params: CallToolRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let started = std::time::Instant::now();
+        let action =
+            if self.gw.mode == Mode::Optimizer && !self.gw.is_pinned(name) { "call_tool" } else { "tools/call" };
+        let (arguments_sha256, arguments) = self.gw.audit().arguments(params.arguments.as_ref());
+        let mut note = Note { backend: None, tool: None, decision: "allowed", detail: None };
+        let response = self.forward(snap, name, params, ctx, &mut note).await;
+        if self.gw.audit().is_on() {
+            let mut e = self.audit_entry(action, ctx, note.decision);
+            (e.backend, e.tool, e.detail) = (note.backend, note.tool, note.detail);
+            e.target = Some(name.to_string());
+            (e.arguments_sha256, e.arguments) = (arguments_sha256, arguments);
+            match &response {
+                Ok(CallToolResponse::Complete(r)) => {
+                    let bytes = super::json_len(r);
+                    if note.decision == "allowed" {
+                        e.status = Some(if r.is_error == Some(true) { "is_error" } else { "ok" });
+                        (e.result_bytes, e.result_tokens) = (Some(bytes), Some(bytes / 4));
+                    }
+                }
+                Ok(CallToolResponse::Task(t)) => {
+                    e.status = Some("task");
+                    e.detail = Some(format!("task {}", t.task.task_id));
+                }
+                Ok(_) => e.status = Some("input_required"),
+                Err(err) => {
+                    e.status = Some("error");
+                    e.detail.get_or_insert_with(|| err.message.to_string());
+                }
+            }
+            self.gw.audit().record(e.took(started));
+        }
+        response
+    }
+
+    async fn forward(
         &self,
         snap: &Snapshot,
         name: &str,
         mut params: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
+        note: &mut Note,
     ) -> Result<CallToolResponse, ErrorData> {
         let _inflight = self.gw.inflight.token();
         let caller = self.caller(ctx);
+        if let Some(why) = self.gw.audit().refusal() {
+            note.decision = "refused";
+            note.detail = Some("audit trail failing".into());
+            return Ok(meta::error_result(format!("the call of {name} was {why}")).into());
+        }
         let stateless = self.session.get().is_none();
         // A session-less client's retry of a call parked here, with its answers.
         if stateless && let Some(state) = params.request_state.as_deref().filter(|s| Parked::is_ours(s)) {
@@ -45,6 +101,11 @@ impl GatewayHandler {
             return self.drive(call, ctx).await;
         }
         let Some(tool) = snap.tool(name) else {
+            // Outside the caller's scope but in the catalog: the policy (or a backend that is
+            // down) keeps it out; the answer is the same as for a name that does not exist.
+            let known = snap.generation.catalog.position(name).is_some();
+            note.decision = if known { "denied" } else { "refused" };
+            note.detail = Some(if known { "outside the caller's scope" } else { "unknown tool" }.into());
             let close = self.closest_names(snap, name).await;
             let mut fix = match close.as_slice() {
                 [] => String::new(),
@@ -65,7 +126,10 @@ impl GatewayHandler {
                 Mode::Passthrough => Err(ErrorData::invalid_params(format!("tool not found: {name}.{fix}"), None)),
             };
         };
+        note.backend = Some(tool.key.backend.to_string());
+        note.tool = Some(tool.key.tool.to_string());
         let Some(backend) = self.gw.upstream.get(&tool.key.backend) else {
+            note.decision = "refused";
             return Ok(meta::error_result(format!("tool not found: {name}")).into());
         };
         // The call follows a find_tool that found this tool: if it completes without an error,
@@ -77,6 +141,7 @@ impl GatewayHandler {
             _ => None,
         };
         if let Err(retry) = self.gw.health.call_gate(backend.name()) {
+            (note.decision, note.detail) = ("refused", Some("circuit breaker open".into()));
             self.gw.metrics.tool_call(backend.name(), "breaker_open", std::time::Duration::ZERO);
             return Ok(meta::error_result(format!(
                 "backend `{}` is unavailable: its circuit breaker opened after repeated failures; it will be retried in {} s. Use another tool or try again later.",
@@ -94,6 +159,7 @@ impl GatewayHandler {
         let permit = match places.try_acquire_owned() {
             Ok(p) => Some(p),
             Err(_) => {
+                (note.decision, note.detail) = ("refused", Some("server.max_calls_per_session".into()));
                 let max = self.gw.limits.max_calls_per_session;
                 return Ok(meta::error_result(format!(
                     "{whose} {max} calls running (server.max_calls_per_session); wait for one to finish, then call {name} again"
@@ -110,6 +176,7 @@ impl GatewayHandler {
         {
             Ok(a) => a,
             Err(refused) => {
+                (note.decision, note.detail) = ("limited", Some(format!("{} {}", refused.rule, refused.limit.key())));
                 self.gw.metrics.tool_call(backend.name(), "limited", std::time::Duration::ZERO);
                 let why = refused.message(&format!("the call of {name}"));
                 return Ok(meta::error_result(format!("{why}. Until then, use another tool or tell the user.")).into());

@@ -146,6 +146,25 @@ impl GatewayHandler {
     }
 
     /// A tool error in optimizer mode; a JSON-RPC invalid-params error in passthrough mode.
+    /// An audit line for `action` by this request's caller, with its session (hashed), client
+    /// and trace filled in.
+    pub(super) fn audit_entry(
+        &self,
+        action: &'static str,
+        ctx: &RequestContext<RoleServer>,
+        decision: &'static str,
+    ) -> crate::audit::Entry {
+        let mut e = crate::audit::Entry::new(action, &self.caller(ctx).principal, decision);
+        let headers = ctx.extensions.get::<http::request::Parts>().map(|p| &p.headers);
+        e.session =
+            headers.and_then(|h| h.get("mcp-session-id")).and_then(|v| v.to_str().ok()).map(crate::audit::session_hash);
+        e.client = ctx.peer.peer_info().map(|i| i.client_info.name.clone());
+        let parent =
+            crate::telemetry::current().map(|(p, _)| p).or_else(|| crate::telemetry::Trace::of(ctx).traceparent);
+        e.trace_id = parent.and_then(|p| p.split('-').nth(1).map(str::to_owned));
+        e
+    }
+
     fn refuse(&self, message: String) -> Result<CallToolResponse, ErrorData> {
         match self.gw.mode {
             Mode::Optimizer => Ok(meta::error_result(message).into()),
@@ -257,7 +276,7 @@ impl ServerHandler for GatewayHandler {
                 return self.forward_call(&snap, &name, request, &context).await;
             }
             Mode::Optimizer => match request.name.as_ref() {
-                FIND_TOOL => self.find_tool(request.arguments.as_ref(), &snap).await,
+                FIND_TOOL => self.find_tool_audited(request.arguments.as_ref(), &snap, &context).await,
                 CALL_TOOL => match meta::parse_call(request.arguments.as_ref()) {
                     Err(msg) => meta::error_result(msg),
                     Ok(args) => {
@@ -424,22 +443,38 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.measured("resources/read", &context, async {
+            let started = std::time::Instant::now();
             let uri = request.uri.clone();
             let caller = self.caller(&context);
-            let Some(backend) = self.resource_owner(&caller, &uri) else {
-                return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
-            };
-            self.admit_read(&caller, &backend, &format!("reading {uri}")).await?;
-            let link = self.link(&backend, &context).await.map_err(wire_error)?;
-            let answer = self
-                .with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct))
-                .await;
-            match answer {
-                Ok(Answer::Complete(r)) => Ok(r.completed().into()),
-                Ok(Answer::InputRequired(r)) => Ok(r.into()),
-                Ok(Answer::Task(_)) => Err(not_a_tool_call()),
-                Err(e) => Err(wire_error(e)),
+            let mut note = ReadNote::default();
+            let answer = async {
+                self.audit_gate()?;
+                let Some(backend) = self.resource_owner(&caller, &uri) else {
+                    note.decision = "refused";
+                    return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
+                };
+                note.backend = Some(backend.name().to_string());
+                self.admit_read(&caller, &backend, &format!("reading {uri}"))
+                    .await
+                    .inspect_err(|_| note.decision = "limited")?;
+                let link = self.link(&backend, &context).await.map_err(wire_error)?;
+                let answer = self
+                    .with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct))
+                    .await;
+                match answer {
+                    Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+                    Ok(Answer::InputRequired(r)) => Ok(r.into()),
+                    Ok(Answer::Task(_)) => Err(not_a_tool_call()),
+                    Err(e) => Err(wire_error(e)),
+                }
             }
+            .await;
+            let size = answer.as_ref().map(|a| match a {
+                ReadResourceResponse::Complete(r) => Some(json_len(r)),
+                _ => None,
+            });
+            self.audit_read("resources/read", &uri, &context, note, size, started);
+            answer
         })
         .await
     }
@@ -465,7 +500,9 @@ impl ServerHandler for GatewayHandler {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        self.measured("tasks/get", &context, self.relay_get_task(request, &context)).await
+        let id = request.task_id.clone();
+        let get = self.audited_task("tasks/get", &id, &context, self.relay_get_task(request, &context));
+        self.measured("tasks/get", &context, get).await
     }
 
     async fn update_task(
@@ -473,7 +510,9 @@ impl ServerHandler for GatewayHandler {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.measured("tasks/update", &context, self.relay_update_task(request, &context)).await
+        let id = request.task_id.clone();
+        let update = self.audited_task("tasks/update", &id, &context, self.relay_update_task(request, &context));
+        self.measured("tasks/update", &context, update).await
     }
 
     async fn cancel_task(
@@ -481,7 +520,9 @@ impl ServerHandler for GatewayHandler {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.measured("tasks/cancel", &context, self.relay_cancel_task(request, &context)).await
+        let id = request.task_id.clone();
+        let cancel = self.audited_task("tasks/cancel", &id, &context, self.relay_cancel_task(request, &context));
+        self.measured("tasks/cancel", &context, cancel).await
     }
 
     async fn list_prompts(
@@ -502,23 +543,40 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         self.measured("prompts/get", &context, async {
+            let started = std::time::Instant::now();
+            let asked = request.name.clone();
             let caller = self.caller(&context);
-            let prompts = self.prompts(&caller);
-            let Some((_, backend, original)) = prompts.into_iter().find(|(p, _, _)| p.name == request.name) else {
-                return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
-            };
-            self.admit_read(&caller, &backend, &format!("getting prompt {}", request.name)).await?;
-            request.name = original;
-            let link = self.link(&backend, &context).await.map_err(wire_error)?;
-            let answer = self
-                .with_rounds(&context, backend.name(), request, |p| backend.get_prompt(&link, p, &context.ct))
-                .await;
-            match answer {
-                Ok(Answer::Complete(r)) => Ok(r.completed().into()),
-                Ok(Answer::InputRequired(r)) => Ok(r.into()),
-                Ok(Answer::Task(_)) => Err(not_a_tool_call()),
-                Err(e) => Err(wire_error(e)),
+            let mut note = ReadNote::default();
+            let answer = async {
+                self.audit_gate()?;
+                let prompts = self.prompts(&caller);
+                let Some((_, backend, original)) = prompts.into_iter().find(|(p, _, _)| p.name == request.name) else {
+                    note.decision = "refused";
+                    return Err(ErrorData::invalid_params(format!("prompt not found: {}", request.name), None));
+                };
+                note.backend = Some(backend.name().to_string());
+                self.admit_read(&caller, &backend, &format!("getting prompt {}", request.name))
+                    .await
+                    .inspect_err(|_| note.decision = "limited")?;
+                request.name = original;
+                let link = self.link(&backend, &context).await.map_err(wire_error)?;
+                let answer = self
+                    .with_rounds(&context, backend.name(), request, |p| backend.get_prompt(&link, p, &context.ct))
+                    .await;
+                match answer {
+                    Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+                    Ok(Answer::InputRequired(r)) => Ok(r.into()),
+                    Ok(Answer::Task(_)) => Err(not_a_tool_call()),
+                    Err(e) => Err(wire_error(e)),
+                }
             }
+            .await;
+            let size = answer.as_ref().map(|a| match a {
+                GetPromptResponse::Complete(r) => Some(json_len(r)),
+                _ => None,
+            });
+            self.audit_read("prompts/get", &asked, &context, note, size, started);
+            answer
         })
         .await
     }
@@ -545,6 +603,65 @@ macro_rules! completed {
 completed!(CallToolResult, ReadResourceResult, GetPromptResult, CompleteResult);
 
 /// A backend that answered a resource or prompt request with a task (only a tool call may).
+/// The bytes of `value`'s JSON.
+fn json_len<T: serde::Serialize>(value: &T) -> u64 {
+    serde_json::to_vec(value).map_or(0, |v| v.len() as u64)
+}
+
+/// What a read's audit line says beyond its answer.
+struct ReadNote {
+    backend: Option<String>,
+    decision: &'static str,
+}
+
+impl Default for ReadNote {
+    fn default() -> Self {
+        Self { backend: None, decision: "allowed" }
+    }
+}
+
+impl GatewayHandler {
+    /// Refuses a read while the audit trail fails and `audit.on_failure = "refuse"`.
+    fn audit_gate(&self) -> Result<(), ErrorData> {
+        match self.gw.audit().refusal() {
+            Some(why) => Err(ErrorData::internal_error(format!("this request was {why}"), None)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes a resource read's or prompt get's line in the audit trail.
+    /// `answer` is the result's size in bytes (`None`: an input-required answer), or the error.
+    fn audit_read(
+        &self,
+        action: &'static str,
+        target: &str,
+        ctx: &RequestContext<RoleServer>,
+        note: ReadNote,
+        answer: Result<Option<u64>, &ErrorData>,
+        started: std::time::Instant,
+    ) {
+        if !self.gw.audit().is_on() {
+            return;
+        }
+        let mut e = self.audit_entry(action, ctx, note.decision);
+        e.backend = note.backend;
+        e.target = Some(target.to_string());
+        match answer {
+            Ok(Some(bytes)) => {
+                (e.status, e.result_bytes, e.result_tokens) = (Some("ok"), Some(bytes), Some(bytes / 4));
+            }
+            Ok(None) => e.status = Some("input_required"),
+            Err(err) => {
+                e.detail = Some(err.message.to_string());
+                if note.decision == "allowed" {
+                    e.status = Some("error");
+                }
+            }
+        }
+        self.gw.audit().record(e.took(started));
+    }
+}
+
 /// The JSON-RPC error code of a request refused by `[[limits]]` (in the range JSON-RPC leaves
 /// to servers; HTTP's 429 in its last digits). `data` carries `limit` and `retryAfter` (seconds).
 pub const LIMITED: rmcp::model::ErrorCode = rmcp::model::ErrorCode(-32029);

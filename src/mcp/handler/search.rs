@@ -27,6 +27,13 @@ pub struct Found {
     pub describe: bool,
 }
 
+/// A find_tool request refused before a search: the `isError` answer, and the audit decision
+/// (`limited` by `[[limits]]`, else `refused`).
+pub struct Refusal {
+    pub result: CallToolResult,
+    pub decision: &'static str,
+}
+
 impl Found {
     /// The answer with tools compact (first sentence, required properties whole) or whole.
     pub fn answer(&self, snap: &Snapshot, compact: bool) -> CallToolResult {
@@ -59,11 +66,44 @@ impl Found {
 }
 
 impl GatewayHandler {
-    /// find_tool over `snap` (also used by `toolmux find`).
-    pub async fn find_tool(&self, args: Option<&rmcp::model::JsonObject>, snap: &Snapshot) -> CallToolResult {
+    /// find_tool for a client's request, with its line in the audit trail.
+    pub(super) async fn find_tool_audited(
+        &self,
+        args: Option<&rmcp::model::JsonObject>,
+        snap: &Snapshot,
+        ctx: &rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> CallToolResult {
+        let started = std::time::Instant::now();
+        let (answer, decision) = self.find_tool(args, snap).await;
+        if self.gw.audit().is_on() {
+            let mut e = self.audit_entry("find_tool", ctx, decision);
+            let text = args.and_then(|a| a.get("tool_description")).and_then(|v| v.as_str()).unwrap_or_default();
+            e.request = self.gw.audit().request(text);
+            e.request_chars = Some(text.chars().count());
+            e.status = Some(if answer.is_error == Some(true) { "is_error" } else { "ok" });
+            if let Some(m) = answer.structured_content.as_ref().map(|v| &v["token_metrics"]) {
+                e.definition_tokens = m["returned_tokens"].as_u64();
+                e.saved_tokens =
+                    m["baseline_tokens"].as_u64().zip(e.definition_tokens).map(|(b, r)| b.saturating_sub(r));
+            }
+            if decision != "allowed" {
+                e.detail = answer.content.first().and_then(|c| c.as_text()).map(|t| t.text.chars().take(200).collect());
+            }
+            self.gw.audit().record(e.took(started));
+        }
+        answer
+    }
+
+    /// find_tool over `snap` (also used by `toolmux find`), and the decision for the audit
+    /// trail: `allowed`, `limited` or `refused`.
+    pub async fn find_tool(
+        &self,
+        args: Option<&rmcp::model::JsonObject>,
+        snap: &Snapshot,
+    ) -> (CallToolResult, &'static str) {
         let found = match self.search(args, snap, &snap.caller).await {
             Ok(found) => found,
-            Err(refused) => return refused,
+            Err(refused) => return (refused.result, refused.decision),
         };
         self.gw.metrics.find_tool(&found.result);
         // A call that follows may teach the ranking (`store::learned`).
@@ -75,7 +115,7 @@ impl GatewayHandler {
             session.usage.found(vector.clone(), hits);
         }
         let compact = self.gw.answer == AnswerForm::Compact && !found.describe;
-        found.answer(snap, compact)
+        (found.answer(snap, compact), "allowed")
     }
 
     /// find_tool's search over `snap`, with everything its answer says, or the `isError` answer
@@ -87,35 +127,38 @@ impl GatewayHandler {
         args: Option<&rmcp::model::JsonObject>,
         snap: &Snapshot,
         payer: &crate::session::Caller,
-    ) -> Result<Found, CallToolResult> {
-        let args = meta::parse_find(args).map_err(meta::error_result)?;
+    ) -> Result<Found, Refusal> {
+        let refused = |message: String| Refusal { result: meta::error_result(message), decision: "refused" };
+        if let Some(why) = self.gw.audit().refusal() {
+            return Err(refused(format!("find_tool was {why}")));
+        }
+        let args = meta::parse_find(args).map_err(refused)?;
         // Checked before anything is tokenised or cached: the model reads 256 word pieces
         // (about a thousand characters) and ignores the rest anyway.
         let max = self.gw.max_query_chars;
         let description_chars = args.description.chars().count();
         let keyword_chars: usize = args.keywords.iter().map(|k| k.chars().count() + 1).sum();
         if description_chars > max {
-            return Err(meta::error_result(format!(
+            return Err(refused(format!(
                 "tool_description is {description_chars} characters; the limit is {max} (optimizer.max_query_chars). Describe the capability you need in a sentence or two."
             )));
         }
         if keyword_chars > max {
-            return Err(meta::error_result(format!(
+            return Err(refused(format!(
                 "tool_keywords add up to {keyword_chars} characters; the limit is {max} (optimizer.max_query_chars). Give a few distinctive words."
             )));
         }
-        if let Err(refused) = self.gw.limiter.check(payer, crate::limits::Action::Search).await {
-            return Err(meta::error_result(format!(
-                "{}. Until then, call the tools you already found with call_tool.",
-                refused.message("find_tool")
-            )));
+        if let Err(limit) = self.gw.limiter.check(payer, crate::limits::Action::Search).await {
+            let message =
+                format!("{}. Until then, call the tools you already found with call_tool.", limit.message("find_tool"));
+            return Err(Refusal { result: meta::error_result(message), decision: "limited" });
         }
         let query = Query { description: args.description, keywords: args.keywords };
         let result =
             self.gw.store.search(&snap.generation, &snap.allow, &query, self.gw.max_tools, Ranker::Fused).await;
         if let Some(ahead) = result.busy {
             self.gw.metrics.find_tool_busy.inc();
-            return Err(meta::error_result(format!(
+            return Err(refused(format!(
                 "busy: {ahead} requests are ahead of yours for the search model; retry in a moment"
             )));
         }

@@ -138,6 +138,33 @@ impl GatewayHandler {
         }
     }
 
+    /// Runs a `tasks/*` request for task `id` and writes its line in the audit trail: `denied`
+    /// when the task is not the caller's to see (or does not exist: the answer is the same).
+    pub(super) async fn audited_task<T>(
+        &self,
+        action: &'static str,
+        id: &str,
+        ctx: &RequestContext<RoleServer>,
+        request: impl std::future::Future<Output = Result<T, ErrorData>>,
+    ) -> Result<T, ErrorData> {
+        let started = std::time::Instant::now();
+        let answer = request.await;
+        if self.gw.audit().is_on() {
+            let unknown = answer.as_ref().is_err_and(|e| e.message.starts_with("unknown task"));
+            let mut e = self.audit_entry(action, ctx, if unknown { "denied" } else { "allowed" });
+            e.target = Some(id.to_string());
+            match &answer {
+                Ok(_) => e.status = Some("ok"),
+                Err(err) => {
+                    e.detail = Some(err.message.to_string());
+                    e.status = (!unknown).then_some("error");
+                }
+            }
+            self.gw.audit().record(e.took(started));
+        }
+        answer
+    }
+
     pub(super) async fn relay_get_task(
         &self,
         params: GetTaskParams,
