@@ -5,6 +5,7 @@
 //! sessions, catalog size, the embedder's queue) and the counters other parts keep for
 //! themselves are read when the endpoint is scraped.
 
+pub mod tokens;
 pub mod traffic;
 
 use std::sync::Mutex;
@@ -185,6 +186,7 @@ pub struct Metrics {
     pub descriptors_open: Gauge,
     pub limits: LimitCounters,
     pub audit: AuditCounters,
+    pub tokens: tokens::Tokens,
     /// The last minutes, for the console's plots.
     pub traffic: traffic::Traffic,
 }
@@ -238,6 +240,7 @@ impl Metrics {
             descriptors_open: Gauge::default(),
             limits: LimitCounters::default(),
             audit: AuditCounters::default(),
+            tokens: tokens::Tokens::default(),
             traffic: traffic::Traffic::new(),
         };
         r.register("requests", "MCP requests answered, by method and outcome", m.requests.clone());
@@ -343,6 +346,11 @@ impl Metrics {
             "limit_store_unreachable",
             "Limit checks made while the shared store did not answer, by what was done",
             m.limits.unreachable.clone(),
+        );
+        r.register(
+            "tokens",
+            "Tokens (JSON bytes / 4) by principal, backend and kind: tool definitions served, results returned, saved against listing the whole scope",
+            m.tokens.family.clone(),
         );
         r.register("audit_lines", "Lines written to the audit trail", m.audit.written.clone());
         r.register(

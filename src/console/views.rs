@@ -396,9 +396,12 @@ pub async fn accept(gw: &Gateway, caller: &Caller, backend: &str, tool: Option<&
 
 /// The traffic view: the last minutes in slices, oldest first.
 pub fn traffic(gw: &Gateway, caller: &Caller) -> Value {
+    // Tokens by principal and backend: an admin's whole table, anyone else's own rows.
+    let only = (!gw.is_admin(caller)).then_some(caller.principal.as_str());
     json!({
         "viewer": viewer(gw, caller),
         "slice_secs": crate::metrics::traffic::SLICE.as_secs(),
         "points": gw.metrics.traffic.points(),
+        "tokens": gw.metrics.tokens.rows(only),
     })
 }

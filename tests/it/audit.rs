@@ -179,6 +179,9 @@ async fn asked_for_arguments_and_requests_are_written() {
     let r = call(&alice, "find_tool", json!({"tool_description": "echo a message back"})).await;
     assert!(found(&r).contains(&"kit_echo".to_string()));
     call(&alice, "call_tool", json!({"tool_name": "kit_echo", "parameters": {"input": "visible"}})).await;
+    alice.list_all_tools().await.unwrap();
+    let list = line_where(&file, "tools/list", |l| l["action"] == "tools/list").await;
+    assert!(list["definition_tokens"].as_u64().unwrap() > 0, "{list}");
     let find = line_where(&file, "find_tool", |l| l["action"] == "find_tool").await;
     assert_eq!(find["request"], "echo a message back");
     assert!(find["definition_tokens"].as_u64().unwrap() > 0 && find["saved_tokens"].as_u64().unwrap() > 0, "{find}");
@@ -216,4 +219,53 @@ async fn a_full_disk_is_counted_and_refuses_when_asked() {
         }
         app.shutdown().await;
     }
+}
+
+/// Tokens are counted per principal and backend: definitions served (tools/list, find_tool),
+/// results returned, and saved against listing the whole scope; `/metrics` has them, and the
+/// console's Traffic view shows an admin everyone's and anyone else their own.
+#[tokio::test]
+async fn tokens_are_counted_by_principal_and_backend() {
+    let kit = http_backend("testkit").await;
+    let app = gateway(&config("optimizer", &kit.url, "", ""), EmbedderChoice::None).await;
+    let (alice, _) = client_with_auth(&app, Some("alice")).await;
+    let (bob, _) = client_with_auth(&app, Some("bob")).await;
+    alice.list_all_tools().await.unwrap();
+    call(&alice, "find_tool", json!({"tool_description": "echo a message back"})).await;
+    let r = call(&alice, "call_tool", json!({"tool_name": "kit_echo", "parameters": {"input": "x".repeat(400)}})).await;
+    let result_tokens = serde_json::to_vec(&r).unwrap().len() as u64 / 4;
+    call(&bob, "find_tool", json!({"tool_description": "echo a message back"})).await;
+
+    let m = reqwest::get(format!("http://{}/metrics", app.addr.unwrap())).await.unwrap().text().await.unwrap();
+    let series = |labels: &str| {
+        m.lines()
+            .find_map(|l| l.strip_prefix(&format!("toolmux_tokens_total{{{labels}}} ")))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // The gateway counts the result as it sent it (with its `resultType` mark, which the client
+    // drops): a few tokens more than the client's copy.
+    let results = series("principal=\"alice\",backend=\"kit\",kind=\"results\"");
+    assert!((result_tokens..=result_tokens + 8).contains(&results), "{results} vs {result_tokens}: {m}");
+    assert!(series("principal=\"alice\",backend=\"kit\",kind=\"definitions\"") > 0, "{m}");
+    assert!(series("principal=\"alice\",backend=\"(toolmux)\",kind=\"definitions\"") > 0, "the meta-tools listed: {m}");
+    assert!(series("principal=\"alice\",backend=\"(scope)\",kind=\"saved\"") > 0, "{m}");
+    assert!(series("principal=\"bob\",backend=\"kit\",kind=\"definitions\"") > 0, "{m}");
+    assert_eq!(series("principal=\"bob\",backend=\"kit\",kind=\"results\""), 0, "bob called nothing");
+
+    let traffic = |token: &'static str| {
+        let url = format!("http://{}/ui/api/traffic", app.addr.unwrap());
+        async move {
+            reqwest::Client::new().get(url).bearer_auth(token).send().await.unwrap().json::<Value>().await.unwrap()
+        }
+    };
+    let principals = |v: &Value| {
+        let mut p: Vec<String> =
+            v["tokens"].as_array().unwrap().iter().map(|r| r["principal"].as_str().unwrap().to_string()).collect();
+        p.dedup();
+        p
+    };
+    assert_eq!(principals(&traffic("bob").await), ["bob"], "bob sees his own tokens only");
+    assert_eq!(principals(&traffic("alice").await), ["alice", "bob"], "the admin sees everyone's");
+    app.shutdown().await;
 }

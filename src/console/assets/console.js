@@ -257,6 +257,10 @@ async function traffic() {
     { name: 'good', cls: 'good', values: share('good') },
     { name: 'weak', cls: 'weak', values: share('weak') },
     { name: 'none', cls: 'none', values: share('none') }], v => Math.round(v * 100) + '%');
+  const tokens = data.tokens.length ? data.tokens.map(t => el('tr', { 'data-principal': t.principal, 'data-backend': t.backend },
+    el('td', {}, t.principal), el('td', {}, t.backend), el('td', {}, t.definitions), el('td', {}, t.results), el('td', {}, t.saved)))
+    : [el('tr', {}, el('td', { colspan: 5, class: 'empty' }, 'nothing served yet'))];
+  fill(document.querySelector('#tokens tbody'), tokens);
 }
 
 // Navigation and refresh.

@@ -15,6 +15,7 @@ use crate::limits::Action;
 use crate::mcp::meta;
 use crate::mcp::relay::{Ask, CallClient, Relayed};
 use crate::mcp::rounds::{self, Parked, PendingCall, Retry};
+use crate::metrics::tokens;
 use crate::session::{LogLevel, Snapshot};
 use crate::telemetry::Trace;
 use crate::upstream::{Answer, CallError};
@@ -46,19 +47,27 @@ impl GatewayHandler {
         let (arguments_sha256, arguments) = self.gw.audit().arguments(params.arguments.as_ref());
         let mut note = Note { backend: None, tool: None, decision: "allowed", detail: None };
         let response = self.forward(snap, name, params, ctx, &mut note).await;
+        // A result returned: its tokens are the principal's on that backend.
+        let result_bytes = match (&response, note.decision, &note.backend) {
+            (Ok(CallToolResponse::Complete(r)), "allowed", Some(backend)) => {
+                let bytes = super::json_len(r);
+                let principal = &snap.caller.principal;
+                self.gw.metrics.tokens.add(principal, backend, tokens::Kind::Results, bytes / 4);
+                Some(bytes)
+            }
+            _ => None,
+        };
         if self.gw.audit().is_on() {
             let mut e = self.audit_entry(action, ctx, note.decision);
             (e.backend, e.tool, e.detail) = (note.backend, note.tool, note.detail);
             e.target = Some(name.to_string());
             (e.arguments_sha256, e.arguments) = (arguments_sha256, arguments);
+            (e.result_bytes, e.result_tokens) = (result_bytes, result_bytes.map(|b| b / 4));
             match &response {
-                Ok(CallToolResponse::Complete(r)) => {
-                    let bytes = super::json_len(r);
-                    if note.decision == "allowed" {
-                        e.status = Some(if r.is_error == Some(true) { "is_error" } else { "ok" });
-                        (e.result_bytes, e.result_tokens) = (Some(bytes), Some(bytes / 4));
-                    }
+                Ok(CallToolResponse::Complete(r)) if note.decision == "allowed" => {
+                    e.status = Some(if r.is_error == Some(true) { "is_error" } else { "ok" });
                 }
+                Ok(CallToolResponse::Complete(_)) => {}
                 Ok(CallToolResponse::Task(t)) => {
                     e.status = Some("task");
                     e.detail = Some(format!("task {}", t.task.task_id));

@@ -47,9 +47,16 @@ impl GatewayHandler {
             }
         };
         // A group the caller may not see answers as one that does not exist.
-        groups
+        let group = groups
             .get(name, &snap, &self.gw)
-            .map(CustomResult::new)
-            .ok_or_else(|| ErrorData::resource_not_found(format!("group not found: {name}"), None))
+            .ok_or_else(|| ErrorData::resource_not_found(format!("group not found: {name}"), None))?;
+        // The group's tool definitions are what the caller is served, counted like a listing.
+        for t in group["contents"]["tools"].as_array().into_iter().flatten() {
+            let backend = t["name"].as_str().and_then(|n| snap.tool(n)).map(|c| c.key.backend.to_string());
+            let tokens = crate::catalog::tokens_of(t);
+            let kind = crate::metrics::tokens::Kind::Definitions;
+            self.gw.metrics.tokens.add(&snap.caller.principal, backend.as_deref().unwrap_or(name), kind, tokens);
+        }
+        Ok(CustomResult::new(group))
     }
 }

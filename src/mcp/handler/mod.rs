@@ -165,6 +165,26 @@ impl GatewayHandler {
         e
     }
 
+    /// Counts the tokens of tool definitions listed to this request's caller, by backend (the
+    /// meta-tools' own under the gateway's name).
+    fn count_listed(&self, ctx: &RequestContext<RoleServer>, tools: &[rmcp::model::Tool]) {
+        use crate::metrics::tokens::{GATEWAY, Kind};
+        let snap = self.snapshot(ctx);
+        let principal = &snap.caller.principal;
+        let mut total = 0;
+        for t in tools {
+            let backend = snap.tool(&t.name).map_or(GATEWAY, |c| &*c.key.backend);
+            let tokens = crate::catalog::token_weight(t);
+            self.gw.metrics.tokens.add(principal, backend, Kind::Definitions, tokens);
+            total += tokens;
+        }
+        if self.gw.audit().is_on() {
+            let mut e = self.audit_entry("tools/list", ctx, "allowed");
+            (e.status, e.definition_tokens) = (Some("ok"), Some(total));
+            self.gw.audit().record(e);
+        }
+    }
+
     fn refuse(&self, message: String) -> Result<CallToolResponse, ErrorData> {
         match self.gw.mode {
             Mode::Optimizer => Ok(meta::error_result(message).into()),
@@ -257,6 +277,7 @@ impl ServerHandler for GatewayHandler {
                     _ => self.snapshot(&context).tools().map(|t| t.tool.clone()).collect(),
                 },
             };
+            self.count_listed(&context, &tools);
             Ok(ListToolsResult::with_all_items(tools))
         })
         .await

@@ -115,7 +115,26 @@ impl GatewayHandler {
             session.usage.found(vector.clone(), hits);
         }
         let compact = self.gw.answer == AnswerForm::Compact && !found.describe;
-        (found.answer(snap, compact), "allowed")
+        let answer = found.answer(snap, compact);
+        self.count_tokens(snap, &answer);
+        (answer, "allowed")
+    }
+
+    /// Counts a find_tool answer's tokens for its caller: each tool's definition against its
+    /// backend, and what listing the whole scope would have cost more.
+    fn count_tokens(&self, snap: &Snapshot, answer: &CallToolResult) {
+        use crate::metrics::tokens::{Kind, SCOPE};
+        let Some(body) = answer.structured_content.as_ref() else { return };
+        let principal = &snap.caller.principal;
+        for tool in body["tools"].as_array().into_iter().flatten() {
+            let backend = tool["name"].as_str().and_then(|n| snap.tool(n)).map(|t| &*t.key.backend);
+            let tokens = crate::catalog::tokens_of(tool);
+            self.gw.metrics.tokens.add(principal, backend.unwrap_or(SCOPE), Kind::Definitions, tokens);
+        }
+        let m = &body["token_metrics"];
+        if let (Some(baseline), Some(returned)) = (m["baseline_tokens"].as_u64(), m["returned_tokens"].as_u64()) {
+            self.gw.metrics.tokens.add(principal, SCOPE, Kind::Saved, baseline.saturating_sub(returned));
+        }
     }
 
     /// find_tool's search over `snap`, with everything its answer says, or the `isError` answer
