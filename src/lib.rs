@@ -18,6 +18,7 @@
 //! | `auth`     | who is calling (bearer tokens, JWT) and what they may use (`[[policy]]`) |
 //! | `limits`   | how much they may use (`[[limits]]`): rates and quotas, here or in Redis |
 //! | `audit`    | the trail of who did what (`[audit]`): chained JSON lines, verified and summarised |
+//! | `hooks`    | the company's guard services around a call (`[[hooks]]`): allow, deny, replace |
 //! | `mcp`      | the MCP surface: passthrough and optimizer handlers |
 //! | `http`     | the axum router: /mcp, /healthz, /readyz, limits |
 //! | `app`      | the composition root: builds and owns everything |
@@ -41,6 +42,7 @@ pub mod descriptors;
 pub mod embed;
 pub mod eval;
 pub mod health;
+pub mod hooks;
 pub mod http;
 pub mod import;
 pub mod index;

@@ -4,7 +4,7 @@
 //! request reaches it; calls under way finish), a changed one replaced by a fresh connection
 //! under the same name. The catalog task rebuilds the catalog from the new set (vectors of
 //! unchanged tools come from the vector cache, so only new text is embedded) and every session
-//! re-derives its scope. A changed `[[policy]]` is put in force at once, and so are changed
+//! re-derives its scope. A changed `[[policy]]` is put in force at once, and so are changed `[[limits]]`, `[[hooks]]`,
 //! bearer tokens or JWT settings (every request is authenticated, so the next one meets them).
 //! Sections that shape the running process (listener, mode, model, health, naming, turning
 //! authentication on or off, session store) are reported as needing a restart and keep their
@@ -28,6 +28,8 @@ pub struct Reloaded {
     pub policy: bool,
     /// Whether `[[limits]]` changed (put in force at once; counts kept by rule name).
     pub limits: bool,
+    /// Whether `[[hooks]]` changed (put in force at once).
+    pub hooks: bool,
     /// Whether the bearer tokens or JWT settings changed (every request is checked against the new ones).
     pub auth: bool,
     /// Sections that changed but take effect only after a restart.
@@ -60,6 +62,9 @@ impl std::fmt::Display for Reloaded {
         }
         if self.limits {
             parts.push("limits changed".into());
+        }
+        if self.hooks {
+            parts.push("hooks changed".into());
         }
         if self.auth {
             parts.push("authentication changed".into());
@@ -136,6 +141,10 @@ impl App {
         if next.limits != running.limits {
             gw.limiter.set_rules(&next.limits);
             done.limits = true;
+        }
+        if next.hooks != running.hooks {
+            gw.hooks.set(&next.hooks);
+            done.hooks = true;
         }
 
         if let Some(auth) = auth {

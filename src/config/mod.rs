@@ -9,6 +9,7 @@ mod aggregation;
 mod audit;
 mod auth;
 pub mod envfile;
+mod hooks;
 mod limits;
 mod raw;
 mod sessions;
@@ -19,6 +20,7 @@ pub use auth::{
     ANONYMOUS, AuthConfig, AuthMode, BearerToken, CLIENT_PRINCIPAL, CLIENT_TOKEN, JWT_ALGORITHMS, JwksSource,
     JwtConfig, PolicyRule,
 };
+pub use hooks::HookConfig;
 pub use limits::{LimitRule, Rate, WhenUnreachable};
 pub use sessions::{RedisConfig, SealKey, SessionStore, SessionsConfig};
 
@@ -48,6 +50,7 @@ pub struct Config {
     pub policy: Vec<PolicyRule>,
     pub limits: Vec<LimitRule>,
     pub audit: AuditConfig,
+    pub hooks: Vec<HookConfig>,
     pub sessions: SessionsConfig,
     pub groups: GroupsConfig,
 }
@@ -462,13 +465,27 @@ impl Validator<'_> {
         let policy = self.policy(raw.policy, &names);
         let limits = self.limits(raw.limits, &names);
         let audit = self.audit(raw.audit.unwrap_or_default());
+        let hooks = self.hooks(raw.hooks, &names);
         let sessions = self.sessions(raw.sessions.unwrap_or_default());
         let groups = raw.groups.unwrap_or_default();
         let groups = GroupsConfig {
             enabled: groups.enabled.unwrap_or(false),
             top_level: self.globs("groups.top_level", groups.top_level.unwrap_or_default()),
         };
-        Config { server, backends, aggregation, optimizer, health, auth, policy, limits, audit, sessions, groups }
+        Config {
+            server,
+            backends,
+            aggregation,
+            optimizer,
+            health,
+            auth,
+            policy,
+            limits,
+            audit,
+            hooks,
+            sessions,
+            groups,
+        }
     }
 
     fn server(&mut self, raw: raw::Server) -> ServerConfig {

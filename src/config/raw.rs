@@ -27,6 +27,24 @@ pub struct File {
     #[serde(default)]
     pub limits: Vec<LimitRule>,
     pub audit: Option<Audit>,
+    #[serde(default)]
+    pub hooks: Vec<Hook>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hook {
+    pub name: Option<String>,
+    pub url: Option<String>,
+    pub when: Option<Vec<String>>,
+    pub principals: Option<Vec<String>>,
+    pub groups: Option<Vec<String>>,
+    pub backends: Option<Vec<String>>,
+    pub tools: Option<Vec<String>>,
+    pub timeout: Option<String>,
+    pub max_in_flight: Option<i64>,
+    pub on_failure: Option<String>,
+    pub headers: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -117,6 +117,8 @@ pub struct Gateway {
     pub limits: Limits,
     /// `[[limits]]`: rates and quotas per caller (rules put in force by the app and reloads).
     pub limiter: crate::limits::Limiter,
+    /// `[[hooks]]`: guard services around each call (put in force by the app and reloads).
+    pub hooks: crate::hooks::Hooks,
     /// `[audit]`, set by the app ([`Gateway::audit`]).
     audit: std::sync::OnceLock<crate::audit::Audit>,
     pub max_query_chars: usize,
@@ -206,6 +208,7 @@ impl Gateway {
             metrics,
             limiter,
             audit: std::sync::OnceLock::new(),
+            hooks: crate::hooks::Hooks::default(),
             shared_sessions: std::sync::OnceLock::new(),
             ct: p.ct,
         })

@@ -14,6 +14,7 @@ mod descriptors;
 mod gateway;
 mod groups;
 mod health;
+mod hooks;
 mod http;
 mod integrity;
 mod limits;

@@ -11,6 +11,7 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use super::{Completed, GatewayHandler, call_error, tasks};
 use crate::config::Mode;
+use crate::hooks::Verdict;
 use crate::limits::Action;
 use crate::mcp::meta;
 use crate::mcp::relay::{Ask, CallClient, Relayed};
@@ -29,6 +30,8 @@ struct Note {
     tool: Option<String>,
     decision: &'static str,
     detail: Option<String>,
+    /// Who called, and the arguments sent, for the `after` hooks (when any is in force).
+    hooked: Option<(crate::session::Caller, Option<rmcp::model::JsonObject>)>,
 }
 
 impl GatewayHandler {
@@ -45,8 +48,23 @@ impl GatewayHandler {
         let action =
             if self.gw.mode == Mode::Optimizer && !self.gw.is_pinned(name) { "call_tool" } else { "tools/call" };
         let (arguments_sha256, arguments) = self.gw.audit().arguments(params.arguments.as_ref());
-        let mut note = Note { backend: None, tool: None, decision: "allowed", detail: None };
-        let response = self.forward(snap, name, params, ctx, &mut note).await;
+        let mut note = Note { backend: None, tool: None, decision: "allowed", detail: None, hooked: None };
+        let mut response = self.forward(snap, name, params, ctx, &mut note).await;
+        // `[[hooks]]` that read results: the result they let through, or a denial in its place.
+        if let (Ok(CallToolResponse::Complete(r)), Some((caller, args)), Some(backend), Some(tool)) =
+            (&mut response, note.hooked.take(), &note.backend, &note.tool)
+        {
+            let taken = std::mem::take(r);
+            match self.gw.hooks.after(&caller, backend, tool, args.as_ref(), taken).await {
+                Verdict::Pass(passed) => *r = passed,
+                Verdict::Deny { hook, reason } => {
+                    (note.decision, note.detail) = ("denied", Some(format!("hook {hook}: {reason}")));
+                    *r = meta::error_result(format!(
+                        "the result of {name} was withheld by the guardrail `{hook}`: {reason}. Do not retry the same call; tell the user."
+                    ));
+                }
+            }
+        }
         // A result returned: its tokens are the principal's on that backend.
         let result_bytes = match (&response, note.decision, &note.backend) {
             (Ok(CallToolResponse::Complete(r)), "allowed", Some(backend)) => {
@@ -191,6 +209,21 @@ impl GatewayHandler {
                 return Ok(meta::error_result(format!("{why}. Until then, use another tool or tell the user.")).into());
             }
         };
+        // `[[hooks]]`: the company's guard services see the call first, and may stop or rewrite it.
+        if self.gw.hooks.is_active() {
+            let arguments = params.arguments.take();
+            match self.gw.hooks.before(&caller, backend.name(), &tool.key.tool, arguments).await {
+                Verdict::Pass(arguments) => params.arguments = arguments,
+                Verdict::Deny { hook, reason } => {
+                    (note.decision, note.detail) = ("denied", Some(format!("hook {hook}: {reason}")));
+                    return Ok(meta::error_result(format!(
+                        "the call of {name} was denied by the guardrail `{hook}`: {reason}. Change the call (or tell the user) rather than retry it as it is."
+                    ))
+                    .into());
+                }
+            }
+            note.hooked = Some((caller.clone(), params.arguments.clone()));
+        }
         let link = match self.link(&backend, ctx).await {
             Ok(l) => l,
             Err(e) => return call_error(self.gw.mode, e).map(|r| r.completed().into()),
