@@ -11,7 +11,10 @@
 //! - no backend waiting for a login named to a caller that may not use it (find_tool's
 //!   `needs_login`), and the one waiting named to every caller that may;
 //! - in the operator console's views (tools, overview, playground): no tool outside the scope,
-//!   no other principal, no search of another principal's scope.
+//!   no other principal, no search of another principal's scope;
+//! - `[[limits]]`: each principal has a quota of jira calls of its own, spent alike by its
+//!   sessions and its session-less requests; one principal's calls never spend another's, and
+//!   the call past the quota is refused naming the limit.
 //!
 //! `TOOLMUX_TENANT_SEED=N` replays one walk; `TOOLMUX_TENANT_STEPS=N` makes each walk longer
 //! (CI runs a bounded number of steps). A failure prints the seed and the step.
@@ -96,9 +99,14 @@ struct Walk {
     tasks: Vec<(String, Who, bool)>,
     /// Tasks nobody may read any more: revoked, or their session ended.
     dead: Vec<String>,
+    /// jira calls each principal made within its [`QUOTA`].
+    spent: [usize; 3],
     step: usize,
     seed: u64,
 }
+
+/// Each principal's jira calls per hour (`[[limits]]` named `walk`).
+const QUOTA: usize = 2;
 
 impl Walk {
     async fn start(mode: &'static str, variant: Variant, seed: u64, kit: &HttpBackend, others: &[HttpBackend]) -> Self {
@@ -117,6 +125,9 @@ impl Walk {
         // Nothing listens there; the grant file is named after this URL, so no grant exists.
         base += &http_backend_toml(LOCKED, "http://127.0.0.1:9/tenant-walk/mcp");
         base += "auth = \"oauth\"\n";
+        base += &format!(
+            "[[limits]]\nname = \"walk\"\nprincipals = [\"*\"]\nbackends = [\"jira\"]\ncalls_per_hour = {QUOTA}\n"
+        );
         let everything =
             [BACKENDS.into_iter().collect(), BACKENDS.into_iter().collect(), BACKENDS.into_iter().collect()];
         let app = gateway(&(base.clone() + &policy(&everything, &[true; 3])), EmbedderChoice::None).await;
@@ -132,6 +143,7 @@ impl Walk {
             remembered: HashMap::new(),
             tasks: Vec::new(),
             dead: Vec::new(),
+            spent: [0; 3],
             step: 0,
             seed,
         }
@@ -173,9 +185,10 @@ impl Walk {
             40..55 => self.list(who).await,
             55..61 => self.find(who).await,
             61..65 => self.console(who.principal()).await,
-            65..75 => self.make_task(who).await,
-            75..88 => self.follow_task(who).await,
-            88..95 => self.reload().await,
+            65..73 => self.make_task(who).await,
+            73..84 => self.follow_task(who).await,
+            84..92 => self.spend(who).await,
+            92..97 => self.reload().await,
             _ => self.end_session(who).await,
         }
     }
@@ -401,6 +414,34 @@ impl Walk {
     fn kill(&mut self, id: &str) {
         self.tasks.retain(|(t, _, _)| t != id);
         self.dead.push(id.to_string());
+    }
+
+    /// One jira call against the caller's own quota: served while its principal has some left,
+    /// refused by `walk` after, whatever the other principals spent.
+    async fn spend(&mut self, who: Who) {
+        let p = who.principal();
+        let c = self.client(who).await;
+        let r = self.call(&c, "jira_get_ticket", json!({"key": "OPS-1"})).await;
+        let said = text(&r);
+        if !self.allowed[p].contains("jira") {
+            assert!(
+                r.is_error == Some(true) && !said.contains("`walk`"),
+                "{}: out of scope, not limited: {said}",
+                self.at()
+            );
+        } else if self.spent[p] < QUOTA {
+            assert_ne!(
+                r.is_error,
+                Some(true),
+                "{}: {} spent {} of {QUOTA}: {said}",
+                self.at(),
+                PRINCIPALS[p],
+                self.spent[p]
+            );
+            self.spent[p] += 1;
+        } else {
+            assert!(r.is_error == Some(true) && said.contains("limit `walk`"), "{}: past the quota: {said}", self.at());
+        }
     }
 
     async fn reload(&mut self) {
