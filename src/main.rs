@@ -338,13 +338,48 @@ fn init_logging(level: Option<&str>) -> Option<traces::Guard> {
 mod traces {
     use opentelemetry::trace::TracerProvider as _;
 
-    /// Flushes and stops the exporter when dropped.
-    pub struct Guard(opentelemetry_sdk::trace::SdkTracerProvider);
+    /// Flushes and stops the exporters when dropped.
+    pub struct Guard(opentelemetry_sdk::trace::SdkTracerProvider, Option<opentelemetry_sdk::logs::SdkLoggerProvider>);
 
     impl Drop for Guard {
         fn drop(&mut self) {
             let _ = self.0.shutdown();
+            if let Some(logs) = &self.1 {
+                let _ = logs.shutdown();
+            }
         }
+    }
+
+    /// Audit lines as OpenTelemetry log records (sent when `audit.otlp` asks): the line as the
+    /// body, its action, principal and decision as attributes.
+    fn audit_logs(resource: opentelemetry_sdk::Resource) -> Option<opentelemetry_sdk::logs::SdkLoggerProvider> {
+        use opentelemetry::logs::{LogRecord as _, Logger as _, LoggerProvider as _, Severity};
+        let exporter = match opentelemetry_otlp::LogExporter::builder().with_http().build() {
+            Ok(e) => e,
+            Err(err) => {
+                eprintln!("toolmux: OTLP log export off: {err}");
+                return None;
+            }
+        };
+        let provider = opentelemetry_sdk::logs::SdkLoggerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build();
+        let logger = provider.logger("toolmux.audit");
+        toolmux::audit::export_to(Box::new(move |line, entry| {
+            let mut record = logger.create_log_record();
+            record.set_event_name("toolmux.audit");
+            record.set_severity_number(Severity::Info);
+            record.set_body(line.to_string().into());
+            record.add_attribute("action", entry.action);
+            record.add_attribute("principal", entry.principal.clone());
+            record.add_attribute("decision", entry.decision);
+            if let Some(trace) = &entry.trace_id {
+                record.add_attribute("trace_id", trace.clone());
+            }
+            logger.emit(record);
+        }));
+        Some(provider)
     }
 
     /// An OTLP/HTTP span exporter when an endpoint is configured in the environment.
@@ -368,10 +403,10 @@ mod traces {
         let resource = opentelemetry_sdk::Resource::builder().with_service_name("toolmux").build();
         let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
             .with_batch_exporter(exporter)
-            .with_resource(resource)
+            .with_resource(resource.clone())
             .build();
         let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("toolmux"));
-        (Some(layer), Some(Guard(provider)))
+        (Some(layer), Some(Guard(provider, audit_logs(resource))))
     }
 }
 

@@ -76,8 +76,9 @@ impl Trail {
         &self.head
     }
 
-    /// Appends `entry` as the next line of the chain (rotating first when the file is due).
-    pub fn append(&mut self, entry: &Entry) -> std::io::Result<()> {
+    /// Appends `entry` as the next line of the chain (rotating first when the file is due), and
+    /// answers the line as written.
+    pub fn append(&mut self, entry: &Entry) -> std::io::Result<String> {
         if self.bytes > 0 && (self.bytes >= self.max_bytes || self.since.elapsed() >= self.max_age) {
             self.rotate()?;
         }
@@ -102,7 +103,8 @@ impl Trail {
         self.bytes += sealed.len() as u64;
         self.seq += 1;
         self.head = hash;
-        Ok(())
+        sealed.pop();
+        Ok(sealed)
     }
 
     /// Moves the current file aside under the time and starts a new one.

@@ -121,6 +121,17 @@ struct On {
     counters: AuditCounters,
 }
 
+/// Where written lines are sent besides the file: OpenTelemetry logs, set by the binary when it
+/// exports (the `otlp` feature) and used when `audit.otlp` asks.
+pub type Export = Box<dyn Fn(&str, &Entry) + Send + Sync>;
+
+static EXPORT: std::sync::OnceLock<Export> = std::sync::OnceLock::new();
+
+/// Sends every line written from now on to `export` too (once per process).
+pub fn export_to(export: Export) {
+    let _ = EXPORT.set(export);
+}
+
 /// Log a failing trail at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -140,11 +151,20 @@ impl Audit {
         *shared.head.lock().expect("audit head lock") = trail.head().to_string();
         let (tx, rx) = std::sync::mpsc::sync_channel::<Entry>(cfg.queue);
         let (s, c) = (shared.clone(), counters.clone());
+        let export = cfg.otlp.then(|| EXPORT.get()).flatten();
+        if cfg.otlp && export.is_none() {
+            tracing::warn!(
+                "audit.otlp is on but no OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT): lines go to the file only"
+            );
+        }
         let thread = std::thread::Builder::new().name("toolmux-audit".into()).spawn(move || {
             let mut warned: Option<Instant> = None;
             for entry in rx {
                 match trail.append(&entry) {
-                    Ok(()) => {
+                    Ok(line) => {
+                        if let Some(export) = export {
+                            export(&line, &entry);
+                        }
                         s.written.fetch_add(1, Ordering::Relaxed);
                         c.written.inc();
                         s.failing.store(false, Ordering::Release);

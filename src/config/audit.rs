@@ -24,6 +24,9 @@ pub struct AuditConfig {
     /// Keys the chain (HMAC-SHA256): whoever can edit the file but not read the key cannot
     /// rewrite the chain after an edit.
     pub key: Option<AuditKey>,
+    /// Also send each line as an OpenTelemetry log record (the `otlp` build, with an OTLP
+    /// endpoint in the environment), beside the traces.
+    pub otlp: bool,
 }
 
 /// What happens when a line cannot be written (the queue is full, the disk is).
@@ -63,6 +66,7 @@ impl Default for AuditConfig {
             queue: DEFAULT_QUEUE,
             on_failure: OnFailure::Count,
             key: None,
+            otlp: false,
         }
     }
 }
@@ -114,7 +118,11 @@ impl Validator<'_> {
             }
             Some(Ok(k)) => Some(AuditKey(k.into_bytes())),
         };
-        if file.is_none() && (raw.arguments.is_some() || raw.requests.is_some() || key.is_some()) {
+        let otlp = raw.otlp.unwrap_or(false);
+        if otlp && !cfg!(feature = "otlp") {
+            self.problem("audit.otlp", "this build has no OpenTelemetry export; build toolmux with `--features otlp`");
+        }
+        if file.is_none() && (raw.arguments.is_some() || raw.requests.is_some() || key.is_some() || otlp) {
             self.problem("audit.file", "the other [audit] keys need a file to write to");
         }
         AuditConfig {
@@ -126,6 +134,7 @@ impl Validator<'_> {
             queue,
             on_failure,
             key,
+            otlp,
         }
     }
 }

@@ -58,6 +58,7 @@ pub struct Audit {
     pub queue: Option<i64>,
     pub on_failure: Option<String>,
     pub key: Option<String>,
+    pub otlp: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

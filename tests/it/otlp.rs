@@ -21,15 +21,26 @@ fn holds(haystack: &[u8], needle: &[u8]) -> bool {
 #[tokio::test]
 async fn toolmux_joins_the_clients_trace_and_parents_the_backends() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
-    let collector = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            let tx = tx.clone();
-            async move {
-                let _ = tx.send(body.to_vec());
-            }
-        }),
-    );
+    let (logs_tx, mut logs_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let collector = axum::Router::new()
+        .route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(body.to_vec());
+                }
+            }),
+        )
+        .route(
+            "/v1/logs",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let tx = logs_tx.clone();
+                async move {
+                    let _ = tx.send(body.to_vec());
+                }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, collector).await });
@@ -37,8 +48,13 @@ async fn toolmux_joins_the_clients_trace_and_parents_the_backends() {
     let kit = http_backend("testkit").await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("toolmux.toml");
-    let toml =
-        format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}", http_backend_toml("kit", &kit.url));
+    // The audit trail goes to a file and, as log records, to the same collector.
+    let trail = dir.path().join("audit.jsonl");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n[audit]\nfile = {:?}\notlp = true\n{}",
+        trail.display().to_string(),
+        http_backend_toml("kit", &kit.url)
+    );
     std::fs::write(&config, toml).unwrap();
     let mut served = Served::start_env(&config, &[], &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]).await;
 
@@ -68,4 +84,14 @@ async fn toolmux_joins_the_clients_trace_and_parents_the_backends() {
     assert!(holds(&exported, &bytes(trace_id)), "spans in the client's trace were exported ({} bytes)", exported.len());
     assert!(holds(&exported, &bytes(client_span)), "the client's span is a parent in what was exported");
     assert!(holds(&exported, &bytes(&backend_call_span)), "the span the backend was given was exported");
+
+    // The call's audit line was exported as a log record, whole (its chain hash included).
+    let mut logs = Vec::new();
+    while let Ok(body) = logs_rx.try_recv() {
+        logs.extend(body);
+    }
+    let line =
+        std::fs::read_to_string(&trail).unwrap().lines().find(|l| l.contains("\"tools/call\"")).unwrap().to_string();
+    assert!(holds(&logs, line.as_bytes()), "the audit line was exported as a log record ({} bytes)", logs.len());
+    assert!(holds(&logs, b"toolmux.audit"), "under the audit's event name");
 }
