@@ -275,29 +275,18 @@ impl Validator<'_> {
         let mut out = Vec::new();
         for (i, r) in raws.into_iter().enumerate() {
             let key = |k: &str| format!("policy[{i}].{k}");
-            let principals = r.principals.unwrap_or_default();
-            let groups = r.groups.unwrap_or_default();
-            if principals.is_empty() && groups.is_empty() {
-                self.problem(
-                    key("principals"),
-                    "name who the rule is for: `principals` or `groups` (\"*\" is everyone)",
-                );
-            }
             let rule_backends = r.backends.unwrap_or_default();
             if rule_backends.is_empty() {
                 self.problem(key("backends"), "name the backends the rule covers (\"*\" is every backend)");
             }
-            for b in &rule_backends {
-                if !is_glob(b) && !backends.contains(b.as_str()) {
-                    self.problem(key("backends"), format!("`{b}` is not a configured backend"));
-                }
-            }
-            let tools = r.tools.unwrap_or_else(|| vec!["*".into()]);
-            for pattern in principals.iter().chain(&groups).chain(&rule_backends).chain(&tools) {
-                if let Err(e) = globset::Glob::new(pattern) {
-                    self.problem(key("tools"), format!("`{pattern}` is not a valid pattern: {e}"));
-                }
-            }
+            let rule = RuleScope {
+                principals: r.principals.unwrap_or_default(),
+                groups: r.groups.unwrap_or_default(),
+                backends: rule_backends,
+                tools: r.tools.unwrap_or_else(|| vec!["*".into()]),
+            };
+            self.rule_scope(&format!("policy[{i}]"), &rule, backends, true);
+            let RuleScope { principals, groups, backends: rule_backends, tools } = rule;
             let deny = match r.effect.as_deref() {
                 None | Some("allow") => false,
                 Some("deny") => true,
@@ -314,6 +303,44 @@ impl Validator<'_> {
 
 fn is_glob(s: &str) -> bool {
     s.contains(['*', '?', '[', '{'])
+}
+
+/// Whom a rule is for and what it covers, as `[[policy]]`, `[[limits]]` and `[[hooks]]` write
+/// it: globs over principals, groups, backends and the backends' own tool names.
+pub(super) struct RuleScope {
+    pub principals: Vec<String>,
+    pub groups: Vec<String>,
+    pub backends: Vec<String>,
+    pub tools: Vec<String>,
+}
+
+impl Validator<'_> {
+    /// Checks a rule's scope (`at` is its key, e.g. `limits[2]`): every pattern valid, every
+    /// plain backend name configured, and, when `who_required`, someone named.
+    pub(super) fn rule_scope(&mut self, at: &str, rule: &RuleScope, configured: &HashSet<&str>, who_required: bool) {
+        if who_required && rule.principals.is_empty() && rule.groups.is_empty() {
+            self.problem(
+                format!("{at}.principals"),
+                "name who the rule is for: `principals` or `groups` (\"*\" is everyone)",
+            );
+        }
+        for b in rule.backends.iter().filter(|b| !is_glob(b) && !configured.contains(b.as_str())) {
+            self.problem(format!("{at}.backends"), format!("`{b}` is not a configured backend"));
+        }
+        let fields = [
+            ("principals", &rule.principals),
+            ("groups", &rule.groups),
+            ("backends", &rule.backends),
+            ("tools", &rule.tools),
+        ];
+        for (field, patterns) in fields {
+            for p in patterns {
+                if let Err(e) = globset::Glob::new(p) {
+                    self.problem(format!("{at}.{field}"), format!("`{p}` is not a valid pattern: {}", e.kind()));
+                }
+            }
+        }
+    }
 }
 
 /// A sha256 digest written as 64 hex digits, either case.

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::auth::RuleScope;
 use super::{Validator, raw};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -75,24 +76,14 @@ impl Validator<'_> {
             if when.is_empty() {
                 self.problem(key("when"), "name when the hook is called: [\"before\"], [\"after\"] or both");
             }
-            let principals = r.principals.unwrap_or_else(|| vec!["*".into()]);
-            let groups = r.groups.unwrap_or_default();
-            let rule_backends = r.backends.unwrap_or_else(|| vec!["*".into()]);
-            for b in &rule_backends {
-                if !b.contains(['*', '?', '[', '{']) && !backends.contains(b.as_str()) {
-                    self.problem(key("backends"), format!("`{b}` is not a configured backend"));
-                }
-            }
-            let tools = r.tools.unwrap_or_else(|| vec!["*".into()]);
-            for (field, patterns) in
-                [("principals", &principals), ("groups", &groups), ("backends", &rule_backends), ("tools", &tools)]
-            {
-                for p in patterns {
-                    if let Err(e) = globset::Glob::new(p) {
-                        self.problem(key(field), format!("`{p}` is not a valid pattern: {}", e.kind()));
-                    }
-                }
-            }
+            let scope = RuleScope {
+                principals: r.principals.unwrap_or_else(|| vec!["*".into()]),
+                groups: r.groups.unwrap_or_default(),
+                backends: r.backends.unwrap_or_else(|| vec!["*".into()]),
+                tools: r.tools.unwrap_or_else(|| vec!["*".into()]),
+            };
+            self.rule_scope(&format!("hooks[{i}]"), &scope, backends, false);
+            let RuleScope { principals, groups, backends: rule_backends, tools } = scope;
             let timeout = self.positive(&key("timeout"), r.timeout.as_deref(), DEFAULT_TIMEOUT);
             let max_in_flight = match r.max_in_flight {
                 None => DEFAULT_IN_FLIGHT,

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use super::auth::RuleScope;
 use super::{Validator, raw};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -101,30 +102,14 @@ impl Validator<'_> {
             } else if !names.insert(name.clone()) {
                 self.problem(key("name"), format!("`{name}` names another [[limits]] rule already"));
             }
-            let principals = r.principals.unwrap_or_default();
-            let groups = r.groups.unwrap_or_default();
-            if principals.is_empty() && groups.is_empty() {
-                self.problem(
-                    key("principals"),
-                    "name who the rule is for: `principals` or `groups` (\"*\" is everyone)",
-                );
-            }
-            let rule_backends = r.backends.unwrap_or_else(|| vec!["*".into()]);
-            for b in &rule_backends {
-                if !b.contains(['*', '?', '[', '{']) && !backends.contains(b.as_str()) {
-                    self.problem(key("backends"), format!("`{b}` is not a configured backend"));
-                }
-            }
-            let tools = r.tools.unwrap_or_else(|| vec!["*".into()]);
-            for (field, patterns) in
-                [("principals", &principals), ("groups", &groups), ("backends", &rule_backends), ("tools", &tools)]
-            {
-                for p in patterns {
-                    if let Err(e) = globset::Glob::new(p) {
-                        self.problem(key(field), format!("`{p}` is not a valid pattern: {}", e.kind()));
-                    }
-                }
-            }
+            let scope = RuleScope {
+                principals: r.principals.unwrap_or_default(),
+                groups: r.groups.unwrap_or_default(),
+                backends: r.backends.unwrap_or_else(|| vec!["*".into()]),
+                tools: r.tools.unwrap_or_else(|| vec!["*".into()]),
+            };
+            self.rule_scope(&format!("limits[{i}]"), &scope, backends, true);
+            let RuleScope { principals, groups, backends: rule_backends, tools } = scope;
             let shared = match r.per.as_deref() {
                 None | Some("principal") => false,
                 Some("rule") => true,

@@ -482,12 +482,7 @@ impl ServerHandler for GatewayHandler {
                 let answer = self
                     .with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct))
                     .await;
-                match answer {
-                    Ok(Answer::Complete(r)) => Ok(r.completed().into()),
-                    Ok(Answer::InputRequired(r)) => Ok(r.into()),
-                    Ok(Answer::Task(_)) => Err(not_a_tool_call()),
-                    Err(e) => Err(wire_error(e)),
-                }
+                relayed(answer)
             }
             .await;
             let size = answer.as_ref().map(|a| match a {
@@ -584,12 +579,7 @@ impl ServerHandler for GatewayHandler {
                 let answer = self
                     .with_rounds(&context, backend.name(), request, |p| backend.get_prompt(&link, p, &context.ct))
                     .await;
-                match answer {
-                    Ok(Answer::Complete(r)) => Ok(r.completed().into()),
-                    Ok(Answer::InputRequired(r)) => Ok(r.into()),
-                    Ok(Answer::Task(_)) => Err(not_a_tool_call()),
-                    Err(e) => Err(wire_error(e)),
-                }
+                relayed(answer)
             }
             .await;
             let size = answer.as_ref().map(|a| match a {
@@ -701,6 +691,19 @@ impl GatewayHandler {
                 ),
             )),
         }
+    }
+}
+
+/// A relayed read's or prompt's answer as the client gets it: complete (marked so), the
+/// backend's input round, or its error; a task is an error (only a tool call may be one).
+fn relayed<R: Completed, T: From<R> + From<rmcp::model::InputRequiredResult>>(
+    answer: Result<Answer<R>, CallError>,
+) -> Result<T, ErrorData> {
+    match answer {
+        Ok(Answer::Complete(r)) => Ok(r.completed().into()),
+        Ok(Answer::InputRequired(r)) => Ok(r.into()),
+        Ok(Answer::Task(_)) => Err(not_a_tool_call()),
+        Err(e) => Err(wire_error(e)),
     }
 }
 
