@@ -18,6 +18,7 @@
 
 #![expect(deprecated, reason = "logging is relayed as 2025-11-25 peers use it")]
 
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
@@ -170,17 +171,23 @@ impl GatewayHandler {
     fn count_listed(&self, ctx: &RequestContext<RoleServer>, tools: &[rmcp::model::Tool]) {
         use crate::metrics::tokens::{GATEWAY, Kind};
         let snap = self.snapshot(ctx);
-        let principal = &snap.caller.principal;
-        let mut total = 0;
+        // A catalog tool's weight was computed when the catalog was built: a listing of
+        // thousands of tools is not serialised again, and is counted once per backend.
+        let mut by_backend: HashMap<&str, u64> = HashMap::new();
         for t in tools {
-            let backend = snap.tool(&t.name).map_or(GATEWAY, |c| &*c.key.backend);
-            let tokens = crate::catalog::token_weight(t);
-            self.gw.metrics.tokens.add(principal, backend, Kind::Definitions, tokens);
-            total += tokens;
+            let (backend, tokens) = match snap.tool(&t.name) {
+                Some(c) => (&*c.key.backend, c.tokens),
+                None => (GATEWAY, crate::catalog::token_weight(t)),
+            };
+            *by_backend.entry(backend).or_default() += tokens;
+        }
+        let principal = &snap.caller.principal;
+        for (backend, tokens) in &by_backend {
+            self.gw.metrics.tokens.add(principal, backend, Kind::Definitions, *tokens);
         }
         if self.gw.audit().is_on() {
             let mut e = self.audit_entry("tools/list", ctx, "allowed");
-            (e.status, e.definition_tokens) = (Some("ok"), Some(total));
+            (e.status, e.definition_tokens) = (Some("ok"), Some(by_backend.values().sum()));
             self.gw.audit().record(e);
         }
     }
