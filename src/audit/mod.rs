@@ -132,6 +132,9 @@ pub fn export_to(export: Export) {
     let _ = EXPORT.set(export);
 }
 
+/// A line's `detail` keeps this many characters at most.
+const MAX_DETAIL_CHARS: usize = 500;
+
 /// Log a failing trail at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -199,8 +202,16 @@ impl Audit {
     }
 
     /// Queues `entry` for writing; a full queue loses it, counted and logged.
-    pub fn record(&self, entry: Entry) {
+    pub fn record(&self, mut entry: Entry) {
         let Some(on) = &self.on else { return };
+        // A detail may quote a backend's error: bounded, and URLs' credentials taken out.
+        if let Some(d) = entry.detail.as_mut() {
+            let mut kept = crate::redact::urls(d);
+            if kept.chars().count() > MAX_DETAIL_CHARS {
+                kept = kept.chars().take(MAX_DETAIL_CHARS).chain(['…']).collect();
+            }
+            *d = kept;
+        }
         let tx = on.tx.lock().expect("audit queue lock");
         let Some(tx) = tx.as_ref() else { return };
         match tx.try_send(entry) {
@@ -274,5 +285,26 @@ impl Audit {
 impl Drop for Audit {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_detail_is_bounded_and_loses_url_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("audit.jsonl");
+        let cfg = AuditConfig { file: Some(file.clone()), ..AuditConfig::default() };
+        let audit = Audit::start(&cfg, AuditCounters::default()).unwrap();
+        let mut e = Entry::new("tools/call", "alice", "allowed");
+        e.detail = Some(format!("backend said: see https://user:hunter2@example.com/x {}", "y".repeat(2000)));
+        audit.record(e);
+        audit.close();
+        let line: Value = serde_json::from_str(std::fs::read_to_string(&file).unwrap().trim()).unwrap();
+        let detail = line["detail"].as_str().unwrap();
+        assert!(!detail.contains("hunter2"), "{detail}");
+        assert_eq!(detail.chars().count(), MAX_DETAIL_CHARS + 1, "bounded, with a mark where it was cut");
     }
 }
