@@ -233,7 +233,8 @@ enum AuditAction {
 
 #[derive(Subcommand)]
 enum ToolsAction {
-    /// List the tool versions held back, waiting to be accepted.
+    /// List the tool versions held back (and prompts', resources' and templates'), waiting to be
+    /// accepted.
     Held {
         #[arg(long)]
         config: PathBuf,
@@ -246,7 +247,8 @@ enum ToolsAction {
         /// Only this backend's.
         #[arg(long)]
         backend: Option<String>,
-        /// Only this tool (the backend's own name for it); needs --backend.
+        /// Only this tool (the backend's own name for it), or this prompt, resource or template
+        /// as `tools held` lists it (e.g. "(prompt) summarize"); needs --backend.
         #[arg(long, requires = "backend")]
         tool: Option<String>,
     },

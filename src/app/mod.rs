@@ -12,6 +12,7 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::catalog::ledger::Listed;
 use crate::catalog::{Catalog, Clash, Listing};
 use crate::config::{Config, Mode};
 use crate::embed::Embedder;
@@ -446,7 +447,14 @@ async fn catalog_task(gw: Arc<Gateway>, clashes: Arc<Mutex<Vec<Clash>>>, ct: Can
             .iter()
             .map(|b| {
                 let listing = b.listing();
-                let tools = gw.integrity.observe(b.name(), &listing.tools);
+                let parts = &listing.parts;
+                let listed = Listed {
+                    tools: &listing.tools,
+                    prompts: &parts.prompts,
+                    resources: &parts.resources,
+                    templates: &parts.templates,
+                };
+                let tools = gw.integrity.observe(b.name(), listed);
                 gw.integrity.observe_server(b.name(), listing.instructions.as_deref(), listing.about.as_deref());
                 (b.name().to_string(), listing, tools)
             })

@@ -352,10 +352,10 @@ pub fn tools(gw: &Gateway, caller: &Caller) -> Value {
     out
 }
 
-/// A line diff of two tool definitions as pretty JSON: `[op, line]` with op ` `, `-` (served,
-/// going) or `+` (held, coming).
-fn diff(served: Option<&rmcp::model::Tool>, held: Option<&rmcp::model::Tool>) -> Vec<(char, String)> {
-    let pretty = |t: Option<&rmcp::model::Tool>| t.map(|t| serde_json::to_string_pretty(t).unwrap_or_default());
+/// A line diff of two definitions (of a tool, a prompt, a resource…) as pretty JSON:
+/// `[op, line]` with op ` `, `-` (served, going) or `+` (held, coming).
+fn diff(served: Option<&Value>, held: Option<&Value>) -> Vec<(char, String)> {
+    let pretty = |t: Option<&Value>| t.map(|t| serde_json::to_string_pretty(t).unwrap_or_default());
     let (old, new) = (pretty(served).unwrap_or_default(), pretty(held).unwrap_or_default());
     similar::TextDiff::from_lines(&old, &new)
         .iter_all_changes()

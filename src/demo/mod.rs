@@ -47,7 +47,7 @@ fn testkit() -> DemoBackend {
         sleep | Wait for a number of milliseconds, then answer. | ms*:integer: How long to wait\n\
         exit | Exit the server process at once, in the middle of the call. | \n\
         add_tool | Add a tool to this server at run time and announce the change. | name*: The new tool's name\n\
-        set_description | Change the description of one of this server's tools at run time and announce the change. | tool*: The tool's name; description*: Its new description\n\
+        set_description | Change the description of one of this server's tools (or of its prompt or resource) at run time and announce the change. | tool*: The tool's name (ignored for a prompt or resource); description*: Its new description; kind: tool (the default), prompt or resource\n\
         cancelled_calls | How many calls were cancelled by the client before they finished. | \n\
         ask | Wait, then ask the calling client's model a question (sampling) and return its answer: with a request to the client (2025-11-25) or an input-required result (2026-07-28). | prompt*: The question; delay_ms:integer: How long to wait before asking; rounds:integer: How many times to ask (default 1); answers joined by ` | `; unlinked:boolean: Send the request on no call's stream (2025-11-25), as servers that ask from background work do; elicit:boolean: Ask with an elicitation form instead of sampling\n\
         remember | Remember a value in this MCP session. | value*: What to remember\n\

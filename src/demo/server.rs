@@ -27,10 +27,16 @@ struct Shared {
     description: String,
     /// Grows when `add_tool` is called; shared by every session of this server.
     tools: Mutex<Vec<Tool>>,
+    /// The `summarize` prompt's and the `about` resource's descriptions, once `set_description`
+    /// changed them.
+    prompt_description: Mutex<Option<String>>,
+    resource_description: Mutex<Option<String>>,
     /// Connected clients, told when the tools change.
     peers: Mutex<Vec<Peer<RoleServer>>>,
     /// Bumped when the tools change: 2026-07-28 clients hear of it on `subscriptions/listen`.
     tools_changed: tokio::sync::watch::Sender<u64>,
+    /// Set when `set_description` changes the prompt (true) or the resource (false).
+    parts_changed: tokio::sync::watch::Sender<bool>,
     /// Calls the client cancelled before they finished (reported by `testkit`'s `cancelled_calls`).
     cancelled: std::sync::atomic::AtomicU64,
     list_delay: Duration,
@@ -59,8 +65,11 @@ impl DemoServer {
                 title: backend.title,
                 description: backend.description,
                 tools: Mutex::new(backend.tools),
+                prompt_description: Mutex::default(),
+                resource_description: Mutex::default(),
                 peers: Mutex::new(Vec::new()),
                 tools_changed: tokio::sync::watch::channel(0).0,
+                parts_changed: tokio::sync::watch::channel(false).0,
                 cancelled: Default::default(),
                 list_delay: backend.list_delay,
                 tasks: Default::default(),
@@ -78,8 +87,27 @@ impl DemoServer {
         self.shared.tools.lock().expect("tools lock").clone()
     }
 
-    /// Replaces `tool`'s description (as a server that changes a tool after clients trust it).
-    async fn set_description(&self, tool: &str, description: &str) -> CallToolResult {
+    /// Replaces `tool`'s description (as a server that changes a tool after clients trust it),
+    /// or with `kind` "prompt" or "resource" the description of this server's prompt or resource.
+    async fn set_description(&self, kind: &str, tool: &str, description: &str) -> CallToolResult {
+        let other = match kind {
+            "prompt" => Some(&self.shared.prompt_description),
+            "resource" => Some(&self.shared.resource_description),
+            _ => None,
+        };
+        if let Some(slot) = other {
+            *slot.lock().expect("description lock") = Some(description.to_string());
+            let prompt = kind == "prompt";
+            self.shared.parts_changed.send_replace(prompt);
+            let peers = self.shared.peers.lock().expect("peers lock").clone();
+            for p in peers {
+                let _ = match prompt {
+                    true => p.notify_prompt_list_changed().await,
+                    false => p.notify_resource_list_changed().await,
+                };
+            }
+            return text(format!("changed the description of the {kind}"));
+        }
         let found = {
             let mut tools = self.shared.tools.lock().expect("tools lock");
             match tools.iter_mut().find(|t| t.name == tool) {
@@ -143,18 +171,29 @@ impl ServerHandler for DemoServer {
     }
 
     fn accepted_subscription_filter(&self, _requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
-        Some(SubscriptionFilter::builder().tools_list_changed().build())
+        Some(SubscriptionFilter::builder().tools_list_changed().prompts_list_changed().resources_list_changed().build())
     }
 
-    /// A 2026-07-28 client's `subscriptions/listen`: `tools/list_changed` when `add_tool` runs.
+    /// A 2026-07-28 client's `subscriptions/listen`: `tools/list_changed` when `add_tool` runs,
+    /// and the prompts' or resources' when `set_description` changes one of them.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let mut changes = self.shared.tools_changed.subscribe();
+        let mut tools = self.shared.tools_changed.subscribe();
+        let mut parts = self.shared.parts_changed.subscribe();
         loop {
-            tokio::select! {
+            let sink = context.sink();
+            let sent = tokio::select! {
                 _ = context.cancelled() => return Ok(()),
-                r = changes.changed() => if r.is_err() { return Ok(()) },
-            }
-            if context.sink().notify_tool_list_changed().await.is_err() {
+                r = tools.changed() => match r {
+                    Ok(()) => sink.notify_tool_list_changed().await,
+                    Err(_) => return Ok(()),
+                },
+                r = parts.changed() => match r {
+                    Ok(()) if *parts.borrow_and_update() => sink.notify_prompt_list_changed().await,
+                    Ok(()) => sink.notify_resource_list_changed().await,
+                    Err(_) => return Ok(()),
+                },
+            };
+            if sent.is_err() {
                 return Ok(());
             }
         }
@@ -325,7 +364,8 @@ impl ServerHandler for DemoServer {
             "add_tool" => self.add_tool(arg("name").as_str().unwrap_or("added")).await,
             "set_description" => {
                 let tool = arg("tool").as_str().unwrap_or_default().to_string();
-                self.set_description(&tool, arg("description").as_str().unwrap_or_default()).await
+                let kind = arg("kind").as_str().unwrap_or("tool").to_string();
+                self.set_description(&kind, &tool, arg("description").as_str().unwrap_or_default()).await
             }
             "get_current_time" => text(format!("{:?}", std::time::SystemTime::now())),
             name => {
@@ -369,7 +409,8 @@ impl ServerHandler for DemoServer {
     ) -> Result<ListResourcesResult, ErrorData> {
         let name = &self.shared.name;
         let mut r = Resource::new(format!("demo://{name}/about"), format!("{name}-about"));
-        r.description = Some(format!("What the {name} demo backend offers"));
+        let changed = self.shared.resource_description.lock().expect("description lock").clone();
+        r.description = Some(changed.unwrap_or_else(|| format!("What the {name} demo backend offers")));
         r.mime_type = Some("text/plain".into());
         Ok(ListResourcesResult::with_all_items(vec![r]))
     }
@@ -420,8 +461,9 @@ impl ServerHandler for DemoServer {
     ) -> Result<ListPromptsResult, ErrorData> {
         let mut arg = PromptArgument::new("topic");
         arg.required = Some(true);
-        let p =
-            Prompt::new("summarize", Some(format!("Summarise a topic using {}", self.shared.name)), Some(vec![arg]));
+        let changed = self.shared.prompt_description.lock().expect("description lock").clone();
+        let description = changed.unwrap_or_else(|| format!("Summarise a topic using {}", self.shared.name));
+        let p = Prompt::new("summarize", Some(description), Some(vec![arg]));
         Ok(ListPromptsResult::with_all_items(vec![p]))
     }
 

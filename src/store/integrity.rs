@@ -9,14 +9,15 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use rmcp::model::Tool;
 use serde::Serialize;
+use serde_json::Value;
 
-use crate::catalog::ledger::{Event, Kind, Ledger, Rules, Write};
+use crate::catalog::ledger::{Event, Kind, Ledger, Listed, Part, Parts, Rules, SERVER_TEXT, Write};
 
 /// What a server says of itself: its instructions and its description.
 pub type SelfDescription = (Option<String>, Option<String>);
@@ -37,6 +38,9 @@ pub struct Integrity {
     /// What each backend says of itself (instructions, description), as served: the accepted
     /// text while a change is held. Written by [`Integrity::observe_server`].
     served: Mutex<HashMap<String, SelfDescription>>,
+    /// Each backend's prompts, resources and templates, as served. Written by
+    /// [`Integrity::observe`].
+    parts: Mutex<HashMap<String, Arc<Parts>>>,
     /// Differences seen, by (backend, kind), for the metrics.
     counts: Mutex<HashMap<(String, Kind), u64>>,
     /// Bumped when the ledger is read again (an operator accepted changes): the catalog takes
@@ -147,6 +151,7 @@ impl Integrity {
             recent: Mutex::default(),
             first_listings: Mutex::default(),
             served: Mutex::default(),
+            parts: Mutex::default(),
             counts: Mutex::default(),
             reread: tokio::sync::watch::channel(0).0,
         }
@@ -176,14 +181,18 @@ impl Integrity {
         self.reread.subscribe()
     }
 
-    /// Takes `backend`'s listing through the ledger: returns the tools to serve, logs and counts
-    /// each difference, and keeps the ledger in its file when it changed.
-    pub fn observe(&self, backend: &str, tools: &[Tool]) -> Vec<Tool> {
+    /// Takes `backend`'s listing through the ledger: returns the tools to serve (its prompts,
+    /// resources and templates to serve are kept for [`Integrity::parts`]), logs and counts each
+    /// difference, and keeps the ledger in its file when it changed.
+    pub fn observe(&self, backend: &str, listed: Listed<'_>) -> Vec<Tool> {
+        let tools = listed.tools;
         let mut ledger = self.ledger.lock().expect("ledger lock");
-        let first = !ledger.backends.contains_key(backend) && !tools.is_empty();
-        let observed = ledger.observe(backend, tools, self.rules, now_ms());
+        let first = !ledger.backends.contains_key(backend);
+        let observed = ledger.observe_all(backend, listed, self.rules, now_ms());
+        // A backend that listed nothing yet has no first listing.
+        let first = first && ledger.backends.contains_key(backend);
         if first {
-            let held = observed.served.is_empty();
+            let held = self.rules.frozen && !self.rules.trust_first;
             match held {
                 true => tracing::warn!(
                     backend,
@@ -216,7 +225,14 @@ impl Integrity {
         if observed.dirty {
             self.save(&ledger);
         }
+        self.parts.lock().expect("parts lock").insert(backend.to_string(), Arc::new(observed.parts));
         observed.served
+    }
+
+    /// `backend`'s prompts, resources and templates as the ledger last let them through
+    /// (nothing before its first listing).
+    pub fn parts(&self, backend: &str) -> Arc<Parts> {
+        self.parts.lock().expect("parts lock").get(backend).cloned().unwrap_or_default()
     }
 
     /// Takes what `backend` says of itself through the ledger, after its tools: returns the
@@ -247,10 +263,11 @@ impl Integrity {
 
     /// Logs (`log`), counts and remembers one difference.
     fn record(&self, e: &Event, log: bool) {
+        let noun = if e.tool == SERVER_TEXT { "server text" } else { Part::of(&e.tool).noun() };
         let what = match e.kind {
-            Kind::Changed => "a tool's definition changed",
-            Kind::Added => "a tool was added after its backend's first listing",
-            Kind::First => "a tool of a backend's first listing",
+            Kind::Changed => format!("a {noun}'s definition changed"),
+            Kind::Added => format!("a {noun} was added after its backend's first listing"),
+            Kind::First => format!("a {noun} of a backend's first listing"),
         };
         let action = if e.held { "held back until accepted" } else { "served" };
         if log {
@@ -309,10 +326,10 @@ impl Integrity {
 
     /// A tool's accepted and held definitions (either may be missing: a tool held since its
     /// first sighting has no accepted one).
-    pub fn versions(&self, backend: &str, tool: &str) -> (Option<Tool>, Option<Tool>) {
+    pub fn versions(&self, backend: &str, tool: &str) -> (Option<Value>, Option<Value>) {
         let ledger = self.ledger.lock().expect("ledger lock");
         let Some(known) = ledger.backends.get(backend) else { return (None, None) };
-        (known.accepted.get(tool).map(|v| v.tool.clone()), known.held.get(tool).map(|v| v.tool.clone()))
+        (known.accepted.get(tool).map(|v| v.item.clone()), known.held.get(tool).map(|v| v.item.clone()))
     }
 
     /// Accepts held versions here (all of `backend`'s, or one tool), as `toolmux tools accept`

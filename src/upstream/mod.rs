@@ -39,16 +39,17 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
     ClientCapabilities, ClientRequest, CompleteRequestParams, CompleteResult, CreateTaskResult, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult, InputRequiredResult, ProgressToken, Prompt,
+    GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult, InputRequiredResult, ProgressToken,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, RequestId, RequestMetaObject,
-    Resource, ResourceTemplate, ServerNotification, ServerResult, SubscribeRequestParams, SubscriptionFilter, Tool,
-    UnsubscribeRequestParams, UpdateTaskParams,
+    ServerNotification, ServerResult, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    UpdateTaskParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::{ClientServiceExt, ErrorData};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::catalog::ledger::Parts;
 use crate::catalog::text::server_label;
 use crate::config::{BackendConfig, Protocol, SessionMode, Transport};
 use crate::telemetry::Trace;
@@ -74,9 +75,8 @@ pub struct Listing {
     /// Its `initialize` instructions, if any.
     pub instructions: Option<String>,
     pub tools: Vec<Tool>,
-    pub resources: Vec<Resource>,
-    pub templates: Vec<ResourceTemplate>,
-    pub prompts: Vec<Prompt>,
+    /// Its prompts, resources and resource templates.
+    pub parts: Arc<Parts>,
 }
 
 /// What a backend answered a request that may need input from the client.
@@ -888,7 +888,8 @@ async fn list_everything(peer: &Peer<RoleClient>) -> anyhow::Result<Listing> {
         .and_then(|s| s.description.clone())
         .filter(|s| !s.trim().is_empty())
         .or_else(|| instructions.clone());
-    Ok(Listing { server, about, instructions, tools, resources, templates, prompts })
+    let parts = Arc::new(Parts { prompts, resources, templates });
+    Ok(Listing { server, about, instructions, tools, parts })
 }
 
 /// Every configured backend. The set changes only on a reload ([`Upstream::add`],

@@ -134,6 +134,8 @@ async fn frozen_a_backend_never_seen_is_held_until_accepted() {
     let app = gateway(&head, EmbedderChoice::None).await;
     let (c, _) = client(&app).await;
     assert!(c.list_all_tools().await.unwrap().is_empty(), "nothing of a backend never seen is served");
+    assert!(c.list_all_prompts().await.unwrap().is_empty(), "nor its prompts");
+    assert!(c.list_all_resources().await.unwrap().is_empty(), "nor its resources");
     let s = status(&app);
     let held = s["integrity"]["held"].as_array().unwrap();
     assert!(held.len() > 10 && held.iter().all(|h| h["backend"] == "kit"), "{s}");
@@ -158,6 +160,87 @@ async fn frozen_a_backend_never_seen_is_held_until_accepted() {
     })
     .await;
     assert!(held, "{}", status(&app)["integrity"]);
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+async fn prompt_description(c: &Client) -> Option<String> {
+    let prompts = c.list_all_prompts().await.unwrap();
+    prompts.into_iter().find(|p| p.name.ends_with("summarize")).and_then(|p| p.description)
+}
+
+async fn resource_description(c: &Client) -> Option<String> {
+    let resources = c.list_all_resources().await.unwrap();
+    resources.into_iter().find(|r| r.uri.ends_with("/about")).and_then(|r| r.description.clone())
+}
+
+/// What the model reads of prompts and resources goes through the ledger as tools do: frozen,
+/// a changed description is held and the accepted one served until `toolmux tools accept
+/// --tool "(prompt) summarize"` and a reload; unfrozen, it is served and shown.
+#[tokio::test]
+async fn frozen_prompts_and_resources_are_served_as_first_seen_until_accepted() {
+    let kit = http_backend("testkit").await;
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.json");
+    let config_path = dir.path().join("toolmux.toml");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
+         [health]\ninterval = \"1s\"\nfreeze_tools = true\ntrust_first_listing = true\ntool_ledger = {ledger:?}\n{}",
+        http_backend_toml("kit", &kit.url)
+    );
+    std::fs::write(&config_path, &toml).unwrap();
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
+    let (prompt, resource) = (prompt_description(&c).await.unwrap(), resource_description(&c).await.unwrap());
+
+    call(&c, "kit_set_description", json!({"kind": "prompt", "tool": "summarize", "description": EVIL})).await;
+    call(&c, "kit_set_description", json!({"kind": "resource", "tool": "about", "description": EVIL})).await;
+    let held_names = || {
+        let s = status(&app);
+        let held = s["integrity"]["held"].as_array().cloned().unwrap_or_default();
+        let mut names: Vec<String> = held.iter().map(|h| h["tool"].as_str().unwrap_or_default().to_string()).collect();
+        names.sort();
+        names
+    };
+    let held = eventually(Duration::from_secs(30), || async { held_names().len() == 2 }).await;
+    assert!(held, "both held: {}", status(&app)["integrity"]);
+    assert_eq!(held_names(), ["(prompt) summarize", "(resource) demo://testkit/about"]);
+    assert_eq!(prompt_description(&c).await.unwrap(), prompt, "frozen: the first-seen prompt");
+    assert_eq!(resource_description(&c).await.unwrap(), resource, "frozen: the first-seen resource");
+    // Still readable and usable while its new text is held.
+    let read = c.read_resource(rmcp::model::ReadResourceRequestParams::new("demo://testkit/about")).await;
+    assert!(read.is_ok(), "{read:?}");
+
+    let config = config_path.to_str().unwrap();
+    let accepted = tools(&["accept", "--config", config, "--backend", "kit", "--tool", "(prompt) summarize"]);
+    assert!(accepted.contains("accepted kit/(prompt) summarize"), "{accepted}");
+    app.reload(Config::load(&config_path).unwrap()).await;
+    let served =
+        eventually(Duration::from_secs(30), || async { prompt_description(&c).await.as_deref() == Some(EVIL) }).await;
+    assert!(served, "accepted: the new prompt description is served");
+    assert_eq!(resource_description(&c).await.unwrap(), resource, "the resource not accepted stays as it was");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+
+    // Unfrozen, a change is served and shown.
+    let kit = http_backend("testkit").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n[health]\ninterval = \"1s\"\n{}",
+        http_backend_toml("kit", &kit.url)
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
+    call(&c, "kit_set_description", json!({"kind": "prompt", "tool": "summarize", "description": EVIL})).await;
+    let served =
+        eventually(Duration::from_secs(30), || async { prompt_description(&c).await.as_deref() == Some(EVIL) }).await;
+    assert!(served, "unfrozen, the new description is served");
+    let shown = eventually(Duration::from_secs(30), || async {
+        status(&app)["integrity"]["recent"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|e| e["tool"] == "(prompt) summarize" && e["kind"] == "changed"))
+    })
+    .await;
+    assert!(shown, "{}", status(&app)["integrity"]);
     c.cancel().await.unwrap();
     app.shutdown().await;
 }

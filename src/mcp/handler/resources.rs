@@ -10,6 +10,7 @@ use rmcp::service::{RequestContext, RoleServer};
 
 use super::{GatewayHandler, wire_error};
 use crate::catalog::ConflictResolution;
+use crate::catalog::ledger::Parts;
 use crate::session::Caller;
 use crate::upstream::Backend;
 
@@ -38,10 +39,19 @@ impl GatewayHandler {
 impl GatewayHandler {
     /// The advertised backend serving `uri`: one that lists it, else one whose template fits it.
     pub(super) fn resource_owner(&self, caller: &Caller, uri: &str) -> Option<Arc<Backend>> {
-        self.usable_backends(caller).find(|b| b.listing().resources.iter().any(|r| r.uri == uri)).or_else(|| {
+        self.usable_backends(caller).find(|b| self.parts(b).resources.iter().any(|r| r.uri == uri)).or_else(|| {
             self.usable_backends(caller)
-                .find(|b| b.listing().templates.iter().any(|t| template_matches(&t.uri_template, uri)))
+                .find(|b| self.parts(b).templates.iter().any(|t| template_matches(&t.uri_template, uri)))
         })
+    }
+
+    /// `backend`'s prompts, resources and templates as served: as listed, or with tools frozen
+    /// (`[health] freeze_tools`) as the tool ledger lets them through.
+    fn parts(&self, backend: &Backend) -> Arc<Parts> {
+        match self.gw.integrity.is_frozen() {
+            true => self.gw.integrity.parts(backend.name()),
+            false => backend.listing().parts.clone(),
+        }
     }
 
     /// The items of every backend `caller` may use, in backend order; on a duplicate `key` the
@@ -49,14 +59,14 @@ impl GatewayHandler {
     pub(super) fn merged<T: Clone, K: Eq + std::hash::Hash>(
         &self,
         caller: &Caller,
-        items: impl Fn(&crate::upstream::Listing) -> &Vec<T>,
+        items: impl Fn(&Parts) -> &Vec<T>,
         key: impl Fn(&T) -> K,
     ) -> Vec<T> {
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for b in self.usable_backends(caller) {
-            let listing = b.listing();
-            out.extend(items(&listing).iter().filter(|item| seen.insert(key(item))).cloned());
+            let parts = self.parts(&b);
+            out.extend(items(&parts).iter().filter(|item| seen.insert(key(item))).cloned());
         }
         out
     }
@@ -67,7 +77,7 @@ impl GatewayHandler {
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for b in self.usable_backends(caller) {
-            for p in &b.listing().prompts {
+            for p in &self.parts(&b).prompts {
                 let name = match agg.conflict_resolution {
                     ConflictResolution::Prefix => {
                         format!("{}{}", agg.prefix_format.replace("{backend}", b.name()), p.name)
