@@ -187,6 +187,8 @@ pub struct Metrics {
     pub limits: LimitCounters,
     pub audit: AuditCounters,
     pub tokens: tokens::Tokens,
+    /// Secrets replaced in backends' answers (`crate::scrub`), by backend and rule.
+    pub redactions: Family<crate::scrub::Redaction, Counter>,
     /// The last minutes, for the console's plots.
     pub traffic: traffic::Traffic,
 }
@@ -241,6 +243,7 @@ impl Metrics {
             limits: LimitCounters::default(),
             audit: AuditCounters::default(),
             tokens: tokens::Tokens::default(),
+            redactions: Family::default(),
             traffic: traffic::Traffic::new(),
         };
         r.register("requests", "MCP requests answered, by method and outcome", m.requests.clone());
@@ -351,6 +354,11 @@ impl Metrics {
             "tokens",
             "Tokens (JSON bytes / 4) by principal, backend and kind: tool definitions served, results returned, saved against listing the whole scope",
             m.tokens.family.clone(),
+        );
+        r.register(
+            "redactions",
+            "Secrets replaced by a marker in backends' answers ([results] scrub), by backend and rule",
+            m.redactions.clone(),
         );
         r.register("audit_lines", "Lines written to the audit trail", m.audit.written.clone());
         r.register(

@@ -178,6 +178,7 @@ impl App {
         gateway.set_auth(config.auth.clone());
         gateway.limiter.set_rules(&config.limits);
         gateway.hooks.set(&config.hooks);
+        gateway.scrubbing.set(&config.scrub);
         gateway.set_audit(crate::audit::Audit::start(&config.audit, gateway.metrics.audit.clone())?);
 
         tasks.spawn(gateway.clone().run_notices(ct.child_token()));

@@ -4,7 +4,8 @@
 //! request reaches it; calls under way finish), a changed one replaced by a fresh connection
 //! under the same name. The catalog task rebuilds the catalog from the new set (vectors of
 //! unchanged tools come from the vector cache, so only new text is embedded) and every session
-//! re-derives its scope. A changed `[[policy]]` is put in force at once, and so are changed `[[limits]]`, `[[hooks]]`,
+//! re-derives its scope. A changed `[[policy]]` is put in force at once, and so are changed
+//! `[[limits]]`, `[[hooks]]`, `[results] scrub` (and backends' `scrub`, `scrub_rules`),
 //! bearer tokens or JWT settings (every request is authenticated, so the next one meets them).
 //! Sections that shape the running process (listener, mode, model, health, naming, turning
 //! authentication on or off, session store) are reported as needing a restart and keep their
@@ -30,6 +31,8 @@ pub struct Reloaded {
     pub limits: bool,
     /// Whether `[[hooks]]` changed (put in force at once).
     pub hooks: bool,
+    /// Whether `[results] scrub` or a backend's `scrub`/`scrub_rules` changed (at once).
+    pub scrub: bool,
     /// Whether the bearer tokens or JWT settings changed (every request is checked against the new ones).
     pub auth: bool,
     /// Sections that changed but take effect only after a restart.
@@ -62,6 +65,9 @@ impl std::fmt::Display for Reloaded {
         }
         if self.limits {
             parts.push("limits changed".into());
+        }
+        if self.scrub {
+            parts.push("scrubbing changed".into());
         }
         if self.hooks {
             parts.push("hooks changed".into());
@@ -145,6 +151,10 @@ impl App {
         if next.hooks != running.hooks {
             gw.hooks.set(&next.hooks);
             done.hooks = true;
+        }
+        if next.scrub != running.scrub {
+            gw.scrubbing.set(&next.scrub);
+            done.scrub = true;
         }
 
         if let Some(auth) = auth {

@@ -13,6 +13,7 @@ pub mod envfile;
 mod hooks;
 mod limits;
 mod raw;
+mod results;
 mod sessions;
 
 pub use aggregation::{Aggregation, BackendTools, ConflictResolution, Override};
@@ -26,6 +27,7 @@ pub use backends::{
 };
 pub use hooks::HookConfig;
 pub use limits::{LimitRule, Rate, WhenUnreachable};
+pub use results::{BackendScrub, ScrubConfig};
 pub use sessions::{RedisConfig, SealKey, SessionStore, SessionsConfig};
 
 use std::collections::{BTreeMap, HashSet};
@@ -57,6 +59,8 @@ pub struct Config {
     pub hooks: Vec<HookConfig>,
     pub sessions: SessionsConfig,
     pub groups: GroupsConfig,
+    /// `[results] scrub` and each backend's `scrub`, `scrub_rules`.
+    pub scrub: ScrubConfig,
 }
 
 /// `[groups]`: each backend offered as a group (the progressive-disclosure extension,
@@ -348,6 +352,7 @@ impl Validator<'_> {
 
     fn validate(&mut self, raw: raw::File) -> Config {
         let server = self.server(raw.server.unwrap_or_default());
+        let scrub = self.results(raw.results.unwrap_or_default(), &raw.backends);
         let backends = self.backends(raw.backends);
         let names: HashSet<&str> = backends.iter().map(|b| b.name.as_str()).collect();
         let aggregation = self.aggregation(raw.aggregation.unwrap_or_default(), &names);
@@ -377,6 +382,7 @@ impl Validator<'_> {
             hooks,
             sessions,
             groups,
+            scrub,
         }
     }
 

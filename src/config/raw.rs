@@ -29,6 +29,13 @@ pub struct File {
     pub audit: Option<Audit>,
     #[serde(default)]
     pub hooks: Vec<Hook>,
+    pub results: Option<Results>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Results {
+    pub scrub: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -188,6 +195,9 @@ pub struct Backend {
     pub auth: Option<String>,
     pub token_exchange: Option<TokenExchange>,
     pub oauth: Option<OAuth>,
+    /// Secrets in its answers scrubbed (`[results] scrub` by default), and its own rules.
+    pub scrub: Option<bool>,
+    pub scrub_rules: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -258,3 +258,33 @@ fn the_console_is_on_by_default_and_keeps_its_path() {
     assert!(err.problems.iter().any(|p| p.key == "server.path" && p.message.contains("console")), "{err}");
     assert_eq!(Config::parse("[server]\npath = \"/ui\"\nconsole = false\n").unwrap().server.path, "/ui");
 }
+
+#[test]
+fn scrubbing_is_on_by_default_and_a_backend_may_differ() {
+    let c = Config::parse("").unwrap();
+    assert!(c.scrub.on && c.scrub.backends.is_empty());
+    let c = Config::parse(
+        "[results]\nscrub = false\n[[backends]]\nname = \"a\"\nurl = \"http://x\"\nscrub = true\n\
+         scrub_rules = { acme-key = \"ACME-[0-9A-F]{8}\" }\n",
+    )
+    .unwrap();
+    assert!(!c.scrub.on);
+    assert_eq!(c.scrub.backends["a"].on, Some(true));
+    assert_eq!(c.scrub.backends["a"].rules, [("acme-key".to_string(), "ACME-[0-9A-F]{8}".to_string())]);
+    let err =
+        Config::parse("[[backends]]\nname = \"a\"\nurl = \"http://x\"\nscrub_rules = { bad = \"(\" }\n").unwrap_err();
+    assert!(
+        err.problems.iter().any(|p| p.key == "backends[0].scrub_rules.bad" && p.message.contains("regular")),
+        "{err}"
+    );
+    let err = Config::parse("[[backends]]\nname = \"a\"\nurl = \"http://x\"\nscrub_rules = { \"Bad Name\" = \"x\" }\n")
+        .unwrap_err();
+    assert!(
+        err.problems.iter().any(|p| p.key.starts_with("backends[0].scrub_rules.") && p.message.contains("[a-z0-9-]")),
+        "{err}"
+    );
+    let err =
+        Config::parse("[[backends]]\nname = \"a\"\nurl = \"http://x\"\nscrub = false\nscrub_rules = { k = \"x\" }\n")
+            .unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "backends[0].scrub_rules"), "{err}");
+}

@@ -119,6 +119,9 @@ pub struct Gateway {
     pub limiter: crate::limits::Limiter,
     /// `[[hooks]]`: guard services around each call (put in force by the app and reloads).
     pub hooks: crate::hooks::Hooks,
+    /// `[results] scrub`: secrets out of what backends answer (put in force by the app and
+    /// reloads; on with the built-in rules until then).
+    pub scrubbing: crate::scrub::Scrubbing,
     /// `[audit]`, set by the app ([`Gateway::audit`]).
     audit: std::sync::OnceLock<crate::audit::Audit>,
     pub max_query_chars: usize,
@@ -164,6 +167,7 @@ impl Gateway {
         let (epoch, _) = watch::channel(0);
         let metrics = crate::metrics::Metrics::new();
         let limiter = crate::limits::Limiter::new(&[], metrics.limits.clone());
+        let scrubbing = crate::scrub::Scrubbing::new(&Default::default(), metrics.redactions.clone());
         Arc::new(Self {
             mode: p.mode,
             max_tools: p.max_tools,
@@ -209,6 +213,7 @@ impl Gateway {
             limiter,
             audit: std::sync::OnceLock::new(),
             hooks: crate::hooks::Hooks::default(),
+            scrubbing,
             shared_sessions: std::sync::OnceLock::new(),
             ct: p.ct,
         })

@@ -492,7 +492,7 @@ async fn a_sessions_rights_follow_each_requests_token_in(mode: &str) {
          [auth]\nmode = \"jwt\"\n[auth.jwt]\nissuer = \"https://idp.test\"\naudiences = [\"toolmux\"]\njwks_url = \"{jwks_url}\"\n\
          [[policy]]\ngroups = [\"dev\"]\nbackends = [\"kit\"]\ntools = [\"echo\", \"whoami\"]\n\
          [[policy]]\ngroups = [\"admin\"]\nbackends = [\"kit\"]\ntools = [\"*\"]\n\
-         {}session = \"per_client\"\n[backends.headers]\nAuthorization = \"Bearer ${{client.token}}\"\n",
+         {}session = \"per_client\"\nscrub = false\n[backends.headers]\nAuthorization = \"Bearer ${{client.token}}\"\n",
         http_backend_toml("kit", &kit.url)
     );
     let app = gateway(&toml, EmbedderChoice::None).await;
@@ -546,12 +546,14 @@ async fn a_sessions_rights_follow_each_requests_token_through_call_tool() {
 }
 
 /// Headers go to the backend exactly as configured: `Basic` stays Basic (it used to be sent as
-/// `Bearer Basic …`).
+/// `Bearer Basic …`). (The backend echoes it: not scrubbed, to be compared.)
 #[tokio::test]
 async fn a_configured_authorization_header_is_sent_as_it_is() {
     let kit = http_backend("testkit").await;
-    let backend =
-        format!("{}[backends.headers]\nAuthorization = \"Basic dXNlcjpwdw==\"\n", http_backend_toml("kit", &kit.url));
+    let backend = format!(
+        "{}scrub = false\n[backends.headers]\nAuthorization = \"Basic dXNlcjpwdw==\"\n",
+        http_backend_toml("kit", &kit.url)
+    );
     let app = passthrough("", &backend).await;
     let (c, _) = client(&app).await;
     assert_eq!(text(&call(&c, "kit_whoami", json!({})).await), "user= authorization=Basic dXNlcjpwdw==");

@@ -30,6 +30,7 @@ mod relay;
 mod replicas;
 mod repo;
 mod rounds;
+mod scrub;
 mod search;
 mod sessions;
 mod tasks;

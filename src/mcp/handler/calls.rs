@@ -356,6 +356,14 @@ impl GatewayHandler {
         {
             self.gw.limiter.spend_tokens(std::mem::take(&mut call.admitted), crate::catalog::tokens_of(r));
         }
+        // Secrets out of what the backend said (`[results] scrub`), before hooks, the audit and
+        // the client see it.
+        let mut outcome = outcome;
+        match &mut outcome {
+            Ok(Answer::Complete(r)) => _ = self.gw.scrubbing.result(call.backend.name(), r),
+            Err(CallError::Remote { backend, error }) => _ = self.gw.scrubbing.error(backend, error),
+            _ => {}
+        }
         match outcome {
             Ok(Answer::Complete(r)) => Ok(r.completed().into()),
             // A 2026-07-28 backend's own round, for a client that speaks it: unchanged.

@@ -486,9 +486,10 @@ impl ServerHandler for GatewayHandler {
                     .await
                     .inspect_err(|_| note.decision = "limited")?;
                 let link = self.link(&backend, &context).await.map_err(wire_error)?;
-                let answer = self
+                let mut answer = self
                     .with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct))
                     .await;
+                self.scrubbed(backend.name(), &mut answer, |s, b, r| s.read(b, r));
                 relayed(answer)
             }
             .await;
@@ -583,9 +584,10 @@ impl ServerHandler for GatewayHandler {
                     .inspect_err(|_| note.decision = "limited")?;
                 request.name = original;
                 let link = self.link(&backend, &context).await.map_err(wire_error)?;
-                let answer = self
+                let mut answer = self
                     .with_rounds(&context, backend.name(), request, |p| backend.get_prompt(&link, p, &context.ct))
                     .await;
+                self.scrubbed(backend.name(), &mut answer, |s, b, r| s.prompt(b, r));
                 relayed(answer)
             }
             .await;
@@ -697,6 +699,23 @@ impl GatewayHandler {
                     serde_json::json!({"limit": refused.rule, "key": refused.limit.key(), "retryAfter": refused.retry_secs()}),
                 ),
             )),
+        }
+    }
+}
+
+impl GatewayHandler {
+    /// Secrets out of a relayed read's or prompt's answer (`[results] scrub`): its result by
+    /// `scrub`, or the backend's error.
+    fn scrubbed<R>(
+        &self,
+        backend: &str,
+        answer: &mut Result<Answer<R>, CallError>,
+        scrub: impl FnOnce(&crate::scrub::Scrubbing, &str, &mut R) -> usize,
+    ) {
+        match answer {
+            Ok(Answer::Complete(r)) => _ = scrub(&self.gw.scrubbing, backend, r),
+            Err(CallError::Remote { error, .. }) => _ = self.gw.scrubbing.error(backend, error),
+            _ => {}
         }
     }
 }

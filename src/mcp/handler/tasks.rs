@@ -173,6 +173,12 @@ impl GatewayHandler {
         let id = params.task_id.clone();
         let (route, backend, link) = self.task_route(&id, ctx).await?;
         let mut got = backend.get_task(&link, GetTaskParams::new(route.upstream), &ctx.ct).await.map_err(wire_error)?;
+        // A finished task's result or error is the backend's answer: secrets out of it.
+        match &mut got.task.payload {
+            TaskPayload::Completed { result } => scrub_result(&self.gw.scrubbing, backend.name(), result),
+            TaskPayload::Failed { error } => scrub_object(&self.gw.scrubbing, backend.name(), error),
+            _ => {}
+        }
         if got.task.status().is_terminal()
             && !route.finished
             && let Some(finished) = self.gw.tasks.finished(&id)
@@ -201,6 +207,44 @@ impl GatewayHandler {
     ) -> Result<(), ErrorData> {
         let (route, backend, link) = self.task_route(&params.task_id, ctx).await?;
         backend.cancel_task(&link, CancelTaskParams::new(route.upstream), &ctx.ct).await.map_err(wire_error)
+    }
+}
+
+/// A task's tool result, scrubbed as a call's is (`[results] scrub`); anything else it holds,
+/// string by string.
+fn scrub_result(
+    scrubbing: &crate::scrub::Scrubbing,
+    backend: &str,
+    result: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    if !scrubbing.is_on(backend) {
+        return;
+    }
+    match serde_json::from_value::<CallToolResult>(serde_json::Value::Object(result.clone())) {
+        Ok(mut r) => {
+            if scrubbing.result(backend, &mut r) > 0
+                && let Ok(serde_json::Value::Object(scrubbed)) = serde_json::to_value(&r)
+            {
+                *result = scrubbed;
+            }
+        }
+        Err(_) => scrub_object(scrubbing, backend, result),
+    }
+}
+
+/// Every string of a task's result or error object, scrubbed (`[results] scrub`).
+fn scrub_object(
+    scrubbing: &crate::scrub::Scrubbing,
+    backend: &str,
+    object: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    if !scrubbing.is_on(backend) {
+        return;
+    }
+    let mut value = serde_json::Value::Object(std::mem::take(object));
+    _ = scrubbing.value(backend, &mut value);
+    if let serde_json::Value::Object(scrubbed) = value {
+        *object = scrubbed;
     }
 }
 

@@ -1,0 +1,70 @@
+//! Secrets out of what backends answer (`[results] scrub`): a credential a tool prints reaches
+//! no client, in passthrough and through call_tool, with a session and without one, in a
+//! resource read and a prompt; a backend with `scrub = false` is passed through as it is; each
+//! replacement is counted by backend and rule.
+
+use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
+use serde_json::json;
+use toolmux::app::EmbedderChoice;
+
+use crate::harness::*;
+
+/// Correctly formatted, random, opens nothing.
+const KEY: &str = "AKIAZ7VRSQ5NWXKQ2JMF";
+const URL: &str = "postgres://app:Xq9-vT7pL2wR@db.internal:5432/app";
+
+fn config(mode: &str, kit: &str, raw: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n{}{}scrub = false\n",
+        http_backend_toml("kit", kit),
+        http_backend_toml("raw", raw),
+    )
+}
+
+#[tokio::test]
+async fn a_credential_a_tool_prints_reaches_no_client() {
+    let (kit, raw) = (http_backend("testkit").await, http_backend("testkit").await);
+    let printed = format!("aws_access_key_id = {KEY}\nDATABASE_URL={URL}\nregion = eu-west-1");
+
+    // Passthrough, with a session: the tool's own name.
+    let app = gateway(&config("passthrough", &kit.url, &raw.url), EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
+    let out = text(&call(&c, "kit_echo", json!({"input": printed})).await);
+    assert!(!out.contains(KEY) && !out.contains("Xq9-vT7pL2wR"), "{out}");
+    assert!(out.contains("[redacted: aws-access-token]") && out.contains("[redacted: url-password]"), "{out}");
+    assert!(out.contains("region = eu-west-1") && out.contains("postgres://app:"), "the rest is kept: {out}");
+    // A backend with scrub = false: as it printed it.
+    assert_eq!(text(&call(&c, "raw_echo", json!({"input": printed})).await), printed);
+    // A resource read and a prompt carry what the backend said too.
+    let read = c.read_resource(ReadResourceRequestParams::new(format!("demo://testkit/items/{KEY}"))).await.unwrap();
+    let read = serde_json::to_string(&read).unwrap();
+    assert!(!read.contains(KEY) && read.contains("[redacted: aws-access-token]"), "{read}");
+    let mut args = serde_json::Map::new();
+    args.insert("topic".into(), json!(format!("the logs with {URL}")));
+    let prompt = c.get_prompt(GetPromptRequestParams::new("kit_summarize").with_arguments(args)).await.unwrap();
+    let prompt = serde_json::to_string(&prompt).unwrap();
+    assert!(!prompt.contains("Xq9-vT7pL2wR") && prompt.contains("[redacted: url-password]"), "{prompt}");
+    // The key: once in the echo, and in the item read three times (its URI, id and title).
+    let metrics = app.gateway.render_metrics();
+    assert!(
+        metrics.contains("toolmux_redactions_total{backend=\"kit\",rule=\"aws-access-token\"} 4"),
+        "counted by backend and rule: {metrics}"
+    );
+    assert!(!metrics.contains("backend=\"raw\",rule="), "nothing scrubbed from raw: {metrics}");
+    c.cancel().await.unwrap();
+    app.shutdown().await;
+
+    // Optimizer: through call_tool, with a session and without one.
+    let app = gateway(&config("optimizer", &kit.url, &raw.url), EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
+    let through = call(&c, "call_tool", json!({"tool_name": "kit_echo", "parameters": {"input": printed}})).await;
+    let out = serde_json::to_string(&through).unwrap();
+    assert!(!out.contains(KEY) && out.contains("[redacted: aws-access-token]"), "{out}");
+    let sessionless = stateless_client(&app, Recorder::default(), None).await;
+    let out = call(&sessionless, "call_tool", json!({"tool_name": "kit_echo", "parameters": {"input": printed}})).await;
+    let out = serde_json::to_string(&out).unwrap();
+    assert!(!out.contains(KEY) && out.contains("[redacted: aws-access-token]"), "{out}");
+    c.cancel().await.unwrap();
+    sessionless.cancel().await.unwrap();
+    app.shutdown().await;
+}
