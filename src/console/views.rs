@@ -398,10 +398,16 @@ pub async fn accept(gw: &Gateway, caller: &Caller, backend: &str, tool: Option<&
 pub fn traffic(gw: &Gateway, caller: &Caller) -> Value {
     // Tokens by principal and backend: an admin's whole table, anyone else's own rows.
     let only = (!gw.is_admin(caller)).then_some(caller.principal.as_str());
+    // Secrets scrubbed from answers, by backend and rule: for admins (they name every backend).
+    let redactions = match only {
+        None => gw.scrubbing.redactions.rows(),
+        Some(_) => Vec::new(),
+    };
     json!({
         "viewer": viewer(gw, caller),
         "slice_secs": crate::metrics::traffic::SLICE.as_secs(),
         "points": gw.metrics.traffic.points(),
         "tokens": gw.metrics.tokens.rows(only),
+        "redactions": redactions,
     })
 }

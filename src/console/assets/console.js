@@ -261,6 +261,10 @@ async function traffic() {
     el('td', {}, t.principal), el('td', {}, t.backend), el('td', {}, t.definitions), el('td', {}, t.results), el('td', {}, t.saved)))
     : [el('tr', {}, el('td', { colspan: 5, class: 'empty' }, 'nothing served yet'))];
   fill(document.querySelector('#tokens tbody'), tokens);
+  const redactions = data.redactions.length ? data.redactions.map(r => el('tr', { 'data-backend': r.backend, 'data-rule': r.rule },
+    el('td', {}, r.backend), el('td', {}, r.rule), el('td', {}, r.count)))
+    : [el('tr', {}, el('td', { colspan: 3, class: 'empty' }, data.viewer.admin ? 'none scrubbed yet' : 'shown to admins'))];
+  fill(document.querySelector('#redactions tbody'), redactions);
 }
 
 // Navigation and refresh.
