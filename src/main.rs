@@ -655,6 +655,10 @@ async fn serve_until_signal(
     reload: Option<Reload>,
     mut stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> anyhow::Result<ExitCode> {
+    // SIGHUP is taken from here on, before the gateway is ready (it may say so on /status
+    // before this task sees it): a reload asked for meanwhile waits for the loop below, where
+    // SIGHUP's default action would have ended the process.
+    let mut reads = config_reads(reload)?;
     tokio::select! {
         ready = app.ready(Duration::from_secs(60)) => if !ready {
             tracing::warn!("not every backend answered within 60 s; serving the ones that did");
@@ -673,13 +677,10 @@ async fn serve_until_signal(
         app.shutdown().await;
         return Ok(ExitCode::from(2));
     }
-    {
-        let mut reads = config_reads(reload)?;
-        loop {
-            tokio::select! {
-                _ = &mut stop => break,
-                Some(next) = reads.recv() => app.apply_reload(next).await,
-            }
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            Some(next) = reads.recv() => app.apply_reload(next).await,
         }
     }
     tracing::info!(
