@@ -85,6 +85,20 @@ pub enum Relayed {
 }
 
 impl Relayed {
+    /// Without the secrets `backend` put in it (`[results] scrub`): a log message's data, a
+    /// progress message.
+    pub fn scrubbed(mut self, scrubbing: &crate::scrub::Scrubbing, backend: &str) -> Self {
+        match &mut self {
+            Relayed::Progress(p) => {
+                if let Some(m) = &mut p.message {
+                    scrubbing.text(backend, m);
+                }
+            }
+            Relayed::Log(l) => _ = scrubbing.value(backend, &mut l.data),
+        }
+        self
+    }
+
     /// Sends it to the client, from the caller's task.
     pub async fn send(self, peer: &Peer<RoleServer>) {
         let _ = match self {

@@ -184,6 +184,14 @@ impl Scrubbing {
         self.redactions.add(backend, hits)
     }
 
+    /// One text from `backend` (a progress message).
+    pub fn text(&self, backend: &str, t: &mut String) -> usize {
+        let Some(s) = self.scrubber(backend) else { return 0 };
+        let mut hits = Vec::new();
+        text(&s, t, &mut hits);
+        self.redactions.add(backend, hits)
+    }
+
     /// Any JSON from `backend` (a task's result or error, as `tasks/get` relays it): every string.
     pub fn value(&self, backend: &str, v: &mut Value) -> usize {
         let Some(s) = self.scrubber(backend) else { return 0 };

@@ -1,13 +1,15 @@
 //! Secrets out of what backends answer (`[results] scrub`): a credential a tool prints reaches
 //! no client, in passthrough and through call_tool, with a session and without one, in a
 //! resource read and a prompt; a backend with `scrub = false` is passed through as it is; each
-//! replacement is counted by backend and rule.
+//! replacement is counted by backend and rule. Progress and log messages a backend sends
+//! during a call are scrubbed on their way too.
 
 use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
 use serde_json::json;
 use toolmux::app::EmbedderChoice;
 
 use crate::harness::*;
+use crate::sessions::{Who, call_with_progress, connect};
 
 /// Correctly formatted, random, opens nothing.
 const KEY: &str = "AKIAZ7VRSQ5NWXKQ2JMF";
@@ -66,5 +68,27 @@ async fn a_credential_a_tool_prints_reaches_no_client() {
     assert!(!out.contains(KEY) && out.contains("[redacted: aws-access-token]"), "{out}");
     c.cancel().await.unwrap();
     sessionless.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn progress_and_log_messages_are_scrubbed_on_their_way() {
+    let kit = http_backend("testkit").await;
+    let toml =
+        format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}", http_backend_toml("kit", &kit.url));
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let who = Who::new("A");
+    let c = connect(&app, who.clone()).await;
+    call_with_progress(&c, "kit_progress", json!({"steps": 2, "label": format!("reading {KEY}")})).await;
+    assert_eq!(
+        text(&call(&c, "kit_log", json!({"level": "info", "message": format!("connected to {URL}")})).await),
+        "sent"
+    );
+    let progress = who.progress.lock().unwrap().clone();
+    assert_eq!(progress.len(), 2, "{progress:?}");
+    assert!(progress.iter().all(|m| m.starts_with("reading [redacted: aws-access-token] ")), "{progress:?}");
+    let logs = who.logs.lock().unwrap().clone();
+    assert_eq!(logs, ["connected to postgres://app:[redacted: url-password]@db.internal:5432/app"]);
+    c.cancel().await.unwrap();
     app.shutdown().await;
 }

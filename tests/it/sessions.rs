@@ -19,17 +19,17 @@ use crate::harness::*;
 /// A named client: answers sampling and elicitation with its name, and records the progress
 /// messages and log lines it is sent.
 #[derive(Clone)]
-struct Who {
+pub(crate) struct Who {
     name: String,
-    progress: Arc<Mutex<Vec<String>>>,
-    logs: Arc<Mutex<Vec<String>>>,
+    pub(crate) progress: Arc<Mutex<Vec<String>>>,
+    pub(crate) logs: Arc<Mutex<Vec<String>>>,
     /// Told when the client is asked for sampling; the answer waits until `release` is rung.
     asked: Option<Arc<tokio::sync::Notify>>,
     release: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Who {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         Self { name: name.into(), progress: Arc::default(), logs: Arc::default(), asked: None, release: None }
     }
 }
@@ -72,14 +72,14 @@ impl ClientHandler for Who {
     }
 }
 
-type Session = RunningService<RoleClient, Who>;
+pub(crate) type Session = RunningService<RoleClient, Who>;
 
 async fn passthrough(backends: &str, server: &str) -> App {
     let toml = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{server}\n{backends}");
     gateway(&toml, EmbedderChoice::None).await
 }
 
-async fn connect(app: &App, who: Who) -> Session {
+pub(crate) async fn connect(app: &App, who: Who) -> Session {
     let url = format!("http://{}/mcp", app.addr.unwrap());
     who.serve(rmcp::transport::StreamableHttpClientTransport::from_uri(url)).await.expect("client connects")
 }
@@ -217,7 +217,7 @@ async fn requests_unlinked_to_a_call_reach_the_client_whose_session_sent_them() 
 }
 
 /// Calls `tool` asking for progress; returns the result.
-async fn call_with_progress(c: &Session, tool: &str, args: serde_json::Value) -> CallToolResult {
+pub(crate) async fn call_with_progress(c: &Session, tool: &str, args: serde_json::Value) -> CallToolResult {
     let params = CallToolRequestParams::new(tool.to_string()).with_arguments(args.as_object().unwrap().clone());
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = c.peer().send_request_with_option(request, PeerRequestOptions::no_options()).await.unwrap();

@@ -315,7 +315,7 @@ impl GatewayHandler {
                     }
                     other => break other,
                 },
-                Some(n) = call.relayed.recv() => n.send(&ctx.peer).await,
+                Some(n) = call.relayed.recv() => n.scrubbed(&self.gw.scrubbing, call.backend.name()).send(&ctx.peer).await,
                 Some(ask) = next_ask(&mut call.asks) => {
                     if let Some(ask) = call.refuse_undeclared(ask) {
                         return Ok(self.park(call, ask, ctx).await);
@@ -325,7 +325,7 @@ impl GatewayHandler {
         };
         // rmcp hands notifications to spawned tasks, so the last ones can trail the response by
         // a scheduling step: let them land, and pass them on before the result.
-        settle(&mut call.relayed, &ctx.peer).await;
+        self.settle(&mut call.relayed, call.backend.name(), &ctx.peer).await;
         // A task for a client that cannot follow one: the gateway follows it, the client gets
         // the call's result.
         let outcome = match outcome {
@@ -399,7 +399,7 @@ impl GatewayHandler {
                 asks.push(a);
             }
         }
-        settle(&mut call.relayed, &ctx.peer).await;
+        self.settle(&mut call.relayed, call.backend.name(), &ctx.peer).await;
         call.rounds += 1;
         if call.rounds > rounds::MAX_ROUNDS {
             for a in asks {
@@ -465,20 +465,28 @@ impl GatewayHandler {
 }
 
 /// The next backend request for a session-less client's call (never, for a session's).
+impl GatewayHandler {
+    /// Passes on the notifications from `backend` that trail a call's last message by a
+    /// scheduling step or two (scrubbed as they go).
+    async fn settle(
+        &self,
+        relayed: &mut tokio::sync::mpsc::UnboundedReceiver<Relayed>,
+        backend: &str,
+        peer: &rmcp::service::Peer<RoleServer>,
+    ) {
+        for _ in 0..RELAY_SETTLE_YIELDS {
+            tokio::task::yield_now().await;
+            while let Ok(n) = relayed.try_recv() {
+                n.scrubbed(&self.gw.scrubbing, backend).send(peer).await;
+            }
+        }
+    }
+}
+
 async fn next_ask(asks: &mut Option<tokio::sync::mpsc::UnboundedReceiver<Ask>>) -> Option<Ask> {
     match asks {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
-    }
-}
-
-/// Passes on notifications that trail a call's last message by a scheduling step or two.
-async fn settle(relayed: &mut tokio::sync::mpsc::UnboundedReceiver<Relayed>, peer: &rmcp::service::Peer<RoleServer>) {
-    for _ in 0..RELAY_SETTLE_YIELDS {
-        tokio::task::yield_now().await;
-        while let Ok(n) = relayed.try_recv() {
-            n.send(peer).await;
-        }
     }
 }
 
