@@ -30,6 +30,10 @@ const transport = stdio
 const client = new Client({ name: "toolmux-sdk-test", version: "0" });
 await client.connect(transport);
 
+// A fake AWS key (random, in the published shape): what the backend echoes must reach no client.
+const SAID = "from typescript with AKIAZ7VRSQ5NWXKQ2JMF";
+const SCRUBBED = "from typescript with [redacted: aws-access-token]";
+
 const names = (await client.listTools()).tools.map((t) => t.name);
 let echoed;
 if (mode === "optimizer") {
@@ -43,13 +47,14 @@ if (mode === "optimizer") {
   check(top[0] === "github_create_pull_request", `find_tool ranks the right tool first: ${top}`);
   echoed = await client.callTool({
     name: "call_tool",
-    arguments: { tool_name: "kit_echo", parameters: { input: "from typescript" } },
+    arguments: { tool_name: "kit_echo", parameters: { input: SAID } },
   });
 } else {
   check(names.includes("github_create_pull_request") && names.includes("kit_echo"), `every backend's tools: ${names}`);
-  echoed = await client.callTool({ name: "kit_echo", arguments: { input: "from typescript" } });
+  echoed = await client.callTool({ name: "kit_echo", arguments: { input: SAID } });
 }
-check(!echoed.isError && textOf(echoed) === "from typescript", `a call goes through: ${JSON.stringify(echoed)}`);
+// The credential the tool printed back is scrubbed ([results] scrub), the rest kept.
+check(!echoed.isError && textOf(echoed) === SCRUBBED, `a call goes through, scrubbed: ${JSON.stringify(echoed)}`);
 
 const uris = (await client.listResources()).resources.map((r) => r.uri);
 check(uris.includes("demo://github/about"), `resources/list: ${uris}`);

@@ -34,6 +34,11 @@ def text_of(result) -> str:
     return next((c.text for c in result.content if getattr(c, "type", None) == "text"), "")
 
 
+# A fake AWS key (random, in the published shape): what the backend echoes must reach no client.
+SAID = "from python with AKIAZ7VRSQ5NWXKQ2JMF"
+SCRUBBED = "from python with [redacted: aws-access-token]"
+
+
 async def session(mode: str, server, client_mode: str) -> int:
     checks = 0
     async with Client(server, mode=client_mode) as client:
@@ -44,12 +49,13 @@ async def session(mode: str, server, client_mode: str) -> int:
             check(not found.is_error, f"find_tool succeeded: {text_of(found)}")
             top = [t["name"] for t in found.structured_content["tools"]]
             check(top[:1] == ["github_create_pull_request"], f"find_tool ranks the right tool first: {top}")
-            echoed = await client.call_tool("call_tool", {"tool_name": "kit_echo", "parameters": {"input": "from python"}})
+            echoed = await client.call_tool("call_tool", {"tool_name": "kit_echo", "parameters": {"input": SAID}})
             checks += 2
         else:
             check("github_create_pull_request" in names and "kit_echo" in names, f"every backend's tools: {names}")
-            echoed = await client.call_tool("kit_echo", {"input": "from python"})
-        check(not echoed.is_error and text_of(echoed) == "from python", f"a call goes through: {echoed}")
+            echoed = await client.call_tool("kit_echo", {"input": SAID})
+        # The credential the tool printed back is scrubbed ([results] scrub), the rest kept.
+        check(not echoed.is_error and text_of(echoed) == SCRUBBED, f"a call goes through, scrubbed: {echoed}")
         checks += 2
 
         uris = [str(r.uri) for r in (await client.list_resources()).resources]
