@@ -104,12 +104,10 @@ async fn a_session_answers_404_to_any_other_principal() {
     app.shutdown().await;
 }
 
-#[tokio::test]
-async fn policy_scopes_tools_resources_and_calls_per_principal() {
-    let kit = http_backend("testkit").await;
-    let web = http_backend("fetch").await;
+/// Alice (group dev) may use every backend but kit's `exit` and `add_*`; Bob only kit's `echo`.
+fn alice_and_bob() -> String {
     let digest = |t: &str| base16ct::lower::encode_string(&<sha2::Sha256 as sha2::Digest>::digest(t.as_bytes()));
-    let auth = format!(
+    format!(
         "[auth]\nmode = \"bearer\"\n\
          [[auth.tokens]]\nprincipal = \"alice\"\ngroups = [\"dev\"]\nsha256 = \"{}\"\n\
          [[auth.tokens]]\nprincipal = \"bob\"\nsha256 = \"{}\"\n\
@@ -118,9 +116,15 @@ async fn policy_scopes_tools_resources_and_calls_per_principal() {
          [[policy]]\nprincipals = [\"bob\"]\nbackends = [\"kit\"]\ntools = [\"echo\"]\n",
         digest("alice-token"),
         digest("bob-token")
-    );
+    )
+}
+
+#[tokio::test]
+async fn policy_scopes_tools_resources_and_calls_per_principal() {
+    let kit = http_backend("testkit").await;
+    let web = http_backend("fetch").await;
     let backends = format!("{}{}", http_backend_toml("kit", &kit.url), http_backend_toml("web", &web.url));
-    let app = passthrough(&auth, &backends).await;
+    let app = passthrough(&alice_and_bob(), &backends).await;
     let (alice, _) = client_with_auth(&app, Some("alice-token")).await;
     let (bob, _) = client_with_auth(&app, Some("bob-token")).await;
     let names = |tools: Vec<rmcp::model::Tool>| tools.into_iter().map(|t| t.name.to_string()).collect::<Vec<_>>();
@@ -156,6 +160,43 @@ async fn policy_scopes_tools_resources_and_calls_per_principal() {
     // Resources and prompts need the whole backend: Bob has one tool of kit and nothing of web.
     assert!(bob.list_all_prompts().await.unwrap().is_empty());
     assert!(!alice.list_all_prompts().await.unwrap().is_empty());
+    alice.cancel().await.unwrap();
+    bob.cancel().await.unwrap();
+    app.shutdown().await;
+}
+
+/// Through call_tool too, a tool outside the caller's scope is answered word for word as one
+/// that does not exist (a suggestion, if any, from the caller's own scope), and a tool inside it
+/// runs: what Alice may use tells Bob nothing.
+#[tokio::test]
+async fn call_tool_answers_a_tool_outside_the_scope_as_one_that_does_not_exist() {
+    let kit = http_backend("testkit").await;
+    let web = http_backend("fetch").await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\n{}{}{}",
+        alice_and_bob(),
+        http_backend_toml("kit", &kit.url),
+        http_backend_toml("web", &web.url)
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (alice, _) = client_with_auth(&app, Some("alice-token")).await;
+    let (bob, _) = client_with_auth(&app, Some("bob-token")).await;
+    let through = |name: &str| json!({"tool_name": name, "parameters": {"url": "https://example.org"}});
+    let answer = |r: rmcp::model::CallToolResult| (r.is_error == Some(true), text(&r));
+    // Alice may: the call runs (its answer is the fetch backend's, not a gateway refusal).
+    let (refused, said) = answer(call(&alice, "call_tool", through("web_fetch_url")).await);
+    assert!(!said.contains("unknown tool") && !said.contains("not found"), "alice may: {refused} {said}");
+    let (outside_err, outside) = answer(call(&bob, "call_tool", through("web_fetch_url")).await);
+    let (missing_err, missing) = answer(call(&bob, "call_tool", through("no_such_tool")).await);
+    assert!(outside_err && missing_err, "both refused: {outside} / {missing}");
+    assert!(!outside.is_empty(), "a refusal says why");
+    assert_eq!(
+        outside.replace("web_fetch_url", "X"),
+        missing.replace("no_such_tool", "X"),
+        "no tell-tale difference between a tool Bob may not use and one that does not exist"
+    );
+    // Beyond the name Bob sent, nothing of web is named to him (a suggestion would be his own).
+    assert!(!outside.replace("web_fetch_url", "X").contains("web_"), "nothing of web is named: {outside}");
     alice.cancel().await.unwrap();
     bob.cancel().await.unwrap();
     app.shutdown().await;

@@ -57,8 +57,10 @@ async fn a_changed_tool_is_served_and_shown() {
     assert!(metrics.contains("toolmux_tool_changes_total{backend=\"kit\",kind=\"changed\"} 1"), "{metrics}");
 }
 
-#[tokio::test]
-async fn frozen_tools_are_served_as_first_seen_until_accepted() {
+/// The testkit behind a passthrough gateway's configuration with tools frozen (first listings
+/// trusted) and the ledger in a temporary folder, written there as `toolmux.toml` for `toolmux
+/// tools`; keep the backend and the folder while the test runs.
+async fn frozen_kit() -> (HttpBackend, tempfile::TempDir, std::path::PathBuf, String) {
     let kit = http_backend("testkit").await;
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger.json");
@@ -69,6 +71,12 @@ async fn frozen_tools_are_served_as_first_seen_until_accepted() {
         http_backend_toml("kit", &kit.url)
     );
     std::fs::write(&config_path, &toml).unwrap();
+    (kit, dir, config_path, toml)
+}
+
+#[tokio::test]
+async fn frozen_tools_are_served_as_first_seen_until_accepted() {
+    let (_kit, _dir, config_path, toml) = frozen_kit().await;
     let app = gateway(&toml, EmbedderChoice::None).await;
     let (c, _) = client(&app).await;
     let first = description_of(&c, "kit_echo").await.unwrap();
@@ -179,16 +187,7 @@ async fn resource_description(c: &Client) -> Option<String> {
 /// --tool "(prompt) summarize"` and a reload; unfrozen, it is served and shown.
 #[tokio::test]
 async fn frozen_prompts_and_resources_are_served_as_first_seen_until_accepted() {
-    let kit = http_backend("testkit").await;
-    let dir = tempfile::tempdir().unwrap();
-    let ledger = dir.path().join("ledger.json");
-    let config_path = dir.path().join("toolmux.toml");
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
-         [health]\ninterval = \"1s\"\nfreeze_tools = true\ntrust_first_listing = true\ntool_ledger = {ledger:?}\n{}",
-        http_backend_toml("kit", &kit.url)
-    );
-    std::fs::write(&config_path, &toml).unwrap();
+    let (_kit, _dir, config_path, toml) = frozen_kit().await;
     let app = gateway(&toml, EmbedderChoice::None).await;
     let (c, _) = client(&app).await;
     let (prompt, resource) = (prompt_description(&c).await.unwrap(), resource_description(&c).await.unwrap());
