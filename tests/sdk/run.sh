@@ -15,6 +15,8 @@
 # Installs the pinned SDKs into a cache folder on first use (a Python virtual environment, and an
 # npm prefix), and redis-server (scripts/redis.sh). Needs python3 with venv, node ≥ 18 and npm.
 set -euo pipefail
+# A command that ends the script (set -e) names its line, so a failure is never silent.
+trap 'echo "sdk: stopped at line $LINENO (exit $?)" >&2' ERR
 cd "$(dirname "$0")/../.."
 root=$PWD
 python_sdk=2.3.0
@@ -166,7 +168,18 @@ for mode in passthrough optimizer; do
   moved=$(( $(restored "$url_a") + $(restored "$url_b") ))
   run "sessions rebuilt by the other replica ($mode)" test "$moved" -ge 2
 
-  kill "${replicas[@]}" "$balancer"
+  # Each replica and the balancer must have lived through it: one that ended says why here,
+  # rather than ending this script at `kill` with no word.
+  for r in a b balancer; do
+    case $r in a) pid=${replicas[0]} ;; b) pid=${replicas[1]} ;; *) pid=$balancer ;; esac
+    if ! kill -0 "$pid" 2>/dev/null; then
+      failed=$((failed + 1))
+      log="$work/replica-$r.out.err"; [ "$r" = balancer ] && log="$work/balancer.out.err"
+      echo "sdk: $r ($mode) ended during the run; the end of its log:" >&2
+      tail -30 "$log" >&2
+    fi
+  done
+  kill "${replicas[@]}" "$balancer" 2>/dev/null || true
   wait "${replicas[@]}" "$balancer" 2>/dev/null || true
 done
 
