@@ -51,6 +51,7 @@ pub mod mcp;
 pub mod memory;
 pub mod metrics;
 pub mod redact;
+pub mod results;
 pub mod scrub;
 pub mod session;
 pub mod simd;

@@ -27,7 +27,7 @@ pub use backends::{
 };
 pub use hooks::HookConfig;
 pub use limits::{LimitRule, Rate, WhenUnreachable};
-pub use results::{BackendScrub, ScrubConfig};
+pub use results::{BackendScrub, ResultLimit, ResultRule, ResultsConfig, ScrubConfig};
 pub use sessions::{RedisConfig, SealKey, SessionStore, SessionsConfig};
 
 use std::collections::{BTreeMap, HashSet};
@@ -61,6 +61,8 @@ pub struct Config {
     pub groups: GroupsConfig,
     /// `[results] scrub` and each backend's `scrub`, `scrub_rules`.
     pub scrub: ScrubConfig,
+    /// `[results]`' bounds and keeping, with the backends', tools' and policy rules' limits.
+    pub results: ResultsConfig,
 }
 
 /// `[groups]`: each backend offered as a group (the progressive-disclosure extension,
@@ -350,9 +352,11 @@ impl Validator<'_> {
         }
     }
 
-    fn validate(&mut self, raw: raw::File) -> Config {
+    fn validate(&mut self, mut raw: raw::File) -> Config {
+        let written = results::WrittenLimits::take(&mut raw);
         let server = self.server(raw.server.unwrap_or_default());
-        let scrub = self.results(raw.results.unwrap_or_default(), &raw.backends);
+        let raw_results = raw.results.unwrap_or_default();
+        let scrub = self.results(&raw_results, &raw.backends);
         let backends = self.backends(raw.backends);
         let names: HashSet<&str> = backends.iter().map(|b| b.name.as_str()).collect();
         let aggregation = self.aggregation(raw.aggregation.unwrap_or_default(), &names);
@@ -360,6 +364,7 @@ impl Validator<'_> {
         let health = self.health(raw.health.unwrap_or_default());
         let auth = self.auth(raw.auth.unwrap_or_default(), server.listen);
         let policy = self.policy(raw.policy, &names);
+        let results = self.result_limits(&raw_results, written, &policy);
         let limits = self.limits(raw.limits, &names);
         let audit = self.audit(raw.audit.unwrap_or_default());
         let hooks = self.hooks(raw.hooks, &names);
@@ -383,6 +388,7 @@ impl Validator<'_> {
             sessions,
             groups,
             scrub,
+            results,
         }
     }
 

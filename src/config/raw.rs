@@ -36,6 +36,11 @@ pub struct File {
 #[serde(deny_unknown_fields)]
 pub struct Results {
     pub scrub: Option<bool>,
+    pub max_tokens: Option<i64>,
+    pub max_bytes: Option<i64>,
+    pub keep_for: Option<String>,
+    pub keep_bytes: Option<i64>,
+    pub keep_bytes_per_principal: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -136,6 +141,9 @@ pub struct PolicyRule {
     pub backends: Option<Vec<String>>,
     pub tools: Option<Vec<String>>,
     pub effect: Option<String>,
+    /// What a result of the tools it allows may hold (`[results] max_tokens`, `max_bytes`).
+    pub max_result_tokens: Option<i64>,
+    pub max_result_bytes: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -198,6 +206,9 @@ pub struct Backend {
     /// Secrets in its answers scrubbed (`[results] scrub` by default), and its own rules.
     pub scrub: Option<bool>,
     pub scrub_rules: Option<BTreeMap<String, String>>,
+    /// What one of its results may hold (`[results] max_tokens`, `max_bytes` by default).
+    pub max_result_tokens: Option<i64>,
+    pub max_result_bytes: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -242,6 +253,8 @@ pub struct BackendTools {
 pub struct Override {
     pub name: Option<String>,
     pub description: Option<String>,
+    pub max_result_tokens: Option<i64>,
+    pub max_result_bytes: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
