@@ -179,6 +179,7 @@ impl App {
         gateway.limiter.set_rules(&config.limits);
         gateway.hooks.set(&config.hooks);
         gateway.scrubbing.set(&config.scrub);
+        gateway.results.set(&config.results);
         gateway.set_audit(crate::audit::Audit::start(&config.audit, gateway.metrics.audit.clone())?);
 
         tasks.spawn(gateway.clone().run_notices(ct.child_token()));
@@ -197,6 +198,7 @@ impl App {
                 tasks.spawn(share_learned(learned, shared.clone(), ct.child_token()));
             }
             gateway.limiter.share(shared.clone(), config.sessions.limits_when_unreachable);
+            gateway.results.share(shared.clone());
             gateway.share_sessions(shared);
         }
         let addr = if opts.http {

@@ -5,7 +5,8 @@
 //! under the same name. The catalog task rebuilds the catalog from the new set (vectors of
 //! unchanged tools come from the vector cache, so only new text is embedded) and every session
 //! re-derives its scope. A changed `[[policy]]` is put in force at once, and so are changed
-//! `[[limits]]`, `[[hooks]]`, `[results] scrub` (and backends' `scrub`, `scrub_rules`),
+//! `[[limits]]`, `[[hooks]]`, `[results]` (scrubbing, result limits and keeping; backends' `scrub`,
+//! `scrub_rules`, `max_result_*`),
 //! bearer tokens or JWT settings (every request is authenticated, so the next one meets them).
 //! Sections that shape the running process (listener, mode, model, health, naming, turning
 //! authentication on or off, session store) are reported as needing a restart and keep their
@@ -33,6 +34,8 @@ pub struct Reloaded {
     pub hooks: bool,
     /// Whether `[results] scrub` or a backend's `scrub`/`scrub_rules` changed (at once).
     pub scrub: bool,
+    /// Whether `[results]`' bounds or keeping, or a backend's, tool's or rule's limits changed.
+    pub results: bool,
     /// Whether the bearer tokens or JWT settings changed (every request is checked against the new ones).
     pub auth: bool,
     /// Sections that changed but take effect only after a restart.
@@ -68,6 +71,9 @@ impl std::fmt::Display for Reloaded {
         }
         if self.scrub {
             parts.push("scrubbing changed".into());
+        }
+        if self.results {
+            parts.push("result limits changed".into());
         }
         if self.hooks {
             parts.push("hooks changed".into());
@@ -155,6 +161,10 @@ impl App {
         if next.scrub != running.scrub {
             gw.scrubbing.set(&next.scrub);
             done.scrub = true;
+        }
+        if next.results != running.results {
+            gw.results.set(&next.results);
+            done.results = true;
         }
 
         if let Some(auth) = auth {

@@ -81,27 +81,43 @@ impl Default for ResultsConfig {
 pub(super) struct WrittenLimits {
     /// `[[backends]]`: (name, limits), by index.
     backends: Vec<(String, Option<i64>, Option<i64>)>,
-    /// `[[aggregation.tools]]`: (backend, tool, key of the override, limits).
-    tools: Vec<(String, String, String, Option<i64>, Option<i64>)>,
+    /// `[[aggregation.tools]]`' overrides that set one.
+    tools: Vec<ToolLimits>,
     /// `[[policy]]`, by rule index.
     policy: Vec<(Option<i64>, Option<i64>)>,
 }
 
+/// One tool's limits as written: `[[aggregation.tools]] overrides.TOOL`.
+struct ToolLimits {
+    backend: String,
+    tool: String,
+    /// Where it was written, for errors.
+    key: String,
+    tokens: Option<i64>,
+    bytes: Option<i64>,
+}
+
 impl WrittenLimits {
     pub(super) fn take(raw: &mut raw::File) -> Self {
-        let mut out = WrittenLimits::default();
-        out.backends = raw
+        let backends = raw
             .backends
             .iter_mut()
             .map(|b| (b.name.clone(), b.max_result_tokens.take(), b.max_result_bytes.take()))
             .collect();
+        let mut out = WrittenLimits { backends, ..Default::default() };
         if let Some(a) = &mut raw.aggregation {
             for (i, t) in a.tools.iter_mut().enumerate() {
                 for (tool, o) in t.overrides.iter_mut().flatten() {
                     let key = format!("aggregation.tools[{i}].overrides.{tool}");
                     let (tokens, bytes) = (o.max_result_tokens.take(), o.max_result_bytes.take());
                     if tokens.is_some() || bytes.is_some() {
-                        out.tools.push((t.backend.clone(), tool.clone(), key, tokens, bytes));
+                        out.tools.push(ToolLimits {
+                            backend: t.backend.clone(),
+                            tool: tool.clone(),
+                            key,
+                            tokens,
+                            bytes,
+                        });
                     }
                 }
             }
@@ -168,7 +184,7 @@ impl Validator<'_> {
                 out.backends.insert(name, limit);
             }
         }
-        for (backend, tool, key, tokens, bytes) in written.tools {
+        for ToolLimits { backend, tool, key, tokens, bytes } in written.tools {
             let limit = self.limit(&format!("{key}.max_result_"), tokens, bytes);
             out.tools.insert((backend, tool), limit);
         }

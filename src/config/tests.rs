@@ -288,3 +288,38 @@ fn scrubbing_is_on_by_default_and_a_backend_may_differ() {
             .unwrap_err();
     assert!(err.problems.iter().any(|p| p.key == "backends[0].scrub_rules"), "{err}");
 }
+
+#[test]
+fn result_limits_default_to_claude_codes_and_are_set_per_backend_tool_and_rule() {
+    let c = Config::parse("").unwrap();
+    assert_eq!((c.results.max_tokens, c.results.max_bytes), (25_000, 1 << 20));
+    assert_eq!(c.results.keep_for, std::time::Duration::from_secs(600));
+    let c = Config::parse(
+        "[results]\nmax_tokens = 1000\nkeep_for = \"2m\"\n\
+         [[backends]]\nname = \"logs\"\nurl = \"http://x\"\nmax_result_tokens = 0\n\
+         [[aggregation.tools]]\nbackend = \"logs\"\noverrides = { tail = { max_result_bytes = 5 } }\n\
+         [[policy]]\nprincipals = [\"ci\"]\nbackends = [\"logs\"]\nmax_result_tokens = 9\n",
+    )
+    .unwrap();
+    assert_eq!(c.results.max_tokens, 1000);
+    assert_eq!(c.results.keep_for, std::time::Duration::from_secs(120));
+    assert_eq!(c.results.backends["logs"], ResultLimit { tokens: Some(0), bytes: None });
+    assert_eq!(c.results.tools[&("logs".to_string(), "tail".to_string())].bytes, Some(5));
+    assert_eq!(c.results.rules.len(), 1);
+    assert_eq!((c.results.rules[0].principals.clone(), c.results.rules[0].limit.tokens), (vec!["ci".into()], Some(9)));
+    assert_eq!(c.policy.len(), 1, "the rule still allows");
+    let err = Config::parse(
+        "[results]\nmax_tokens = -1\nkeep_bytes = 10\nkeep_bytes_per_principal = 20\n\
+         [[backends]]\nname = \"logs\"\nurl = \"http://x\"\nmax_result_bytes = -3\n\
+         [[policy]]\nprincipals = [\"ci\"]\nbackends = [\"logs\"]\neffect = \"deny\"\nmax_result_tokens = 9\n",
+    )
+    .unwrap_err();
+    for key in [
+        "results.max_tokens",
+        "results.keep_bytes_per_principal",
+        "backends[0].max_result_bytes",
+        "policy[0].max_result_tokens",
+    ] {
+        assert!(err.problems.iter().any(|p| p.key == key), "{key}: {err}");
+    }
+}

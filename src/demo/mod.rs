@@ -55,8 +55,31 @@ fn testkit() -> DemoBackend {
         whoami | Return the X-User and Authorization headers of the HTTP request that made this call, and its traceparent if any. | \n\
         progress | Report progress several times, then answer. | steps*:integer: How many progress notifications; label: Put in each progress message\n\
         log | Send a log message at a level, if the session's logging/setLevel lets it through. | level*: debug, info, warning or error; message*: The text\n\
-        job | Work for a number of milliseconds and answer; run as a task (SEP-2663) when the client supports tasks, until done or cancelled. | ms*:integer: How long the work takes; label: Put in the answer\n";
-    parse(text).expect("testkit parses").remove(0)
+        job | Work for a number of milliseconds and answer; run as a task (SEP-2663) when the client supports tasks, until done or cancelled. | ms*:integer: How long the work takes; label: Put in the answer\n\
+        big | Return a large result: numbered lines of text, a JSON array of numbers as text, or an image. | kind*: text, json or image; bytes*:integer: About how many bytes\n\
+        rows | Return rows as structured content that its output schema describes. | count*:integer: How many rows\n\
+        flood | Send progress notifications without end, never answering, until cancelled. | \n";
+    let mut testkit = parse(text).expect("testkit parses").remove(0);
+    if let Some(rows) = testkit.tools.iter_mut().find(|t| t.name == "rows") {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "rows": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+                        "required": ["id", "name"]
+                    }
+                },
+                "total": {"type": "integer"}
+            },
+            "required": ["rows", "total"]
+        });
+        rows.output_schema = schema.as_object().cloned().map(std::sync::Arc::new);
+    }
+    testkit
 }
 
 /// Parses the catalog format described at the top of `catalog.txt`.

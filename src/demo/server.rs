@@ -359,6 +359,35 @@ impl ServerHandler for DemoServer {
                 tokio::time::sleep(work).await;
                 text(format!("{label} done after {ms} ms"))
             }
+            "big" => big(arg("kind").as_str().unwrap_or_default(), arg("bytes").as_u64().unwrap_or(0) as usize)?,
+            "rows" => {
+                let count = arg("count").as_u64().unwrap_or(0).min(MAX_ROWS);
+                let rows: Vec<Value> =
+                    (0..count).map(|i| serde_json::json!({"id": i, "name": format!("row {i}")})).collect();
+                let body = serde_json::json!({"rows": rows, "total": count});
+                let mut r = text(body.to_string());
+                r.structured_content = Some(body);
+                r
+            }
+            "flood" => {
+                let token = context.meta.get_progress_token();
+                for i in 0u64.. {
+                    if let Some(token) = &token {
+                        let p = rmcp::model::ProgressNotificationParam::new(token.clone(), i as f64);
+                        tokio::select! {
+                            _ = context.peer.notify_progress(p) => {}
+                            _ = context.ct.cancelled() => break,
+                        }
+                    } else {
+                        context.ct.cancelled().await;
+                        break;
+                    }
+                    if context.ct.is_cancelled() {
+                        break;
+                    }
+                }
+                text("flood cancelled")
+            }
             "cancelled_calls" => text(self.shared.cancelled.load(std::sync::atomic::Ordering::SeqCst).to_string()),
             "exit" => std::process::exit(3),
             "add_tool" => self.add_tool(arg("name").as_str().unwrap_or("added")).await,
@@ -609,4 +638,34 @@ pub async fn serve_stdio(backend: DemoBackend) -> anyhow::Result<()> {
     let service = DemoServer::new(backend).serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
     Ok(())
+}
+
+/// The most rows `rows` returns, and bytes `big` makes: large enough for a bad-input test.
+const MAX_ROWS: u64 = 2_000_000;
+const MAX_BIG: usize = 64 << 20;
+
+/// `big`'s result of about `bytes` bytes: numbered lines, a JSON array of numbers, or an image.
+fn big(kind: &str, bytes: usize) -> Result<CallToolResult, ErrorData> {
+    let bytes = bytes.min(MAX_BIG);
+    Ok(match kind {
+        "text" => {
+            let mut out = String::with_capacity(bytes + 64);
+            for i in 0.. {
+                if out.len() >= bytes {
+                    break;
+                }
+                out.push_str(&format!("line {i}: the quick brown fox jumps over the lazy dog\n"));
+            }
+            text(out)
+        }
+        "json" => {
+            let rows: Vec<usize> = (0..bytes / 7).collect();
+            text(serde_json::json!({"rows": rows, "count": rows.len()}).to_string())
+        }
+        "image" => CallToolResult::success(vec![
+            ContentBlock::text("the chart"),
+            ContentBlock::image("QUJD".repeat(bytes / 3), "image/png"),
+        ]),
+        other => return Err(ErrorData::invalid_params(format!("kind `{other}`: give text, json or image"), None)),
+    })
 }

@@ -122,6 +122,9 @@ pub struct Gateway {
     /// `[results] scrub`: secrets out of what backends answer (put in force by the app and
     /// reloads; on with the built-in rules until then).
     pub scrubbing: crate::scrub::Scrubbing,
+    /// `[results]`' bounds and the results kept past them (put in force by the app and
+    /// reloads; the defaults until then).
+    pub results: crate::results::Results,
     /// `[audit]`, set by the app ([`Gateway::audit`]).
     audit: std::sync::OnceLock<crate::audit::Audit>,
     pub max_query_chars: usize,
@@ -214,6 +217,7 @@ impl Gateway {
             audit: std::sync::OnceLock::new(),
             hooks: crate::hooks::Hooks::default(),
             scrubbing,
+            results: crate::results::Results::new(&Default::default()),
             shared_sessions: std::sync::OnceLock::new(),
             ct: p.ct,
         })

@@ -52,6 +52,11 @@ use crate::upstream::{Relay, Source, request_name};
 /// (the request can overtake [`CallGuard::sent`] by a scheduling step).
 const REGISTRATION_GRACE: Duration = Duration::from_millis(100);
 
+/// Notifications of one call (progress, log lines) waiting to be sent to its client. A backend
+/// that sends faster than the client takes them loses the excess here rather than growing the
+/// gateway's memory; the call's result is not a notification and is never lost.
+const RELAY_QUEUE: usize = 256;
+
 /// A backend's request for the client's input, handed to the call it belongs to.
 pub struct Ask {
     pub request: InputRequest,
@@ -70,7 +75,7 @@ struct Call {
     backend_request: Option<RequestId>,
     /// Notifications for the client, sent by the call's own request task (so that rmcp puts
     /// them on that request's response stream).
-    tx: mpsc::UnboundedSender<Relayed>,
+    tx: mpsc::Sender<Relayed>,
     /// For a client without a session: where backend requests go instead of to the client.
     asks: Option<mpsc::UnboundedSender<Ask>>,
     /// The session's chosen log level.
@@ -112,7 +117,7 @@ impl Relayed {
 struct Target {
     peer: Peer<RoleServer>,
     client_request: RequestId,
-    tx: mpsc::UnboundedSender<Relayed>,
+    tx: mpsc::Sender<Relayed>,
     asks: Option<mpsc::UnboundedSender<Ask>>,
     level: Option<Arc<LogLevel>>,
 }
@@ -140,7 +145,7 @@ pub struct Hub {
 }
 
 /// Where progress under one forwarded token goes: the call's channel, and the client's own token.
-type ProgressRoute = (mpsc::UnboundedSender<Relayed>, ProgressToken);
+type ProgressRoute = (mpsc::Sender<Relayed>, ProgressToken);
 
 /// Unregisters a call when it ends, however it ends.
 pub struct CallGuard {
@@ -150,7 +155,7 @@ pub struct CallGuard {
     /// The backend-side progress token routed to this call.
     token: Mutex<Option<(u64, String)>>,
     client_token: Option<ProgressToken>,
-    tx: mpsc::UnboundedSender<Relayed>,
+    tx: mpsc::Sender<Relayed>,
 }
 
 impl CallGuard {
@@ -211,9 +216,9 @@ impl Hub {
         conn: u64,
         client: CallClient,
         asks: Option<mpsc::UnboundedSender<Ask>>,
-    ) -> (CallGuard, mpsc::UnboundedReceiver<Relayed>) {
+    ) -> (CallGuard, mpsc::Receiver<Relayed>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(RELAY_QUEUE);
         let client_token = client.token;
         self.calls.lock().expect("relay lock").entry(conn).or_default().push(Call {
             id,
@@ -365,7 +370,7 @@ impl Hub {
             return;
         };
         params.progress_token = original;
-        let _ = tx.send(Relayed::Progress(params));
+        let _ = tx.try_send(Relayed::Progress(params));
     }
 }
 
@@ -401,7 +406,7 @@ impl Relay for Hub {
     fn logging(&self, from: Source<'_>, params: LoggingMessageNotificationParam) {
         match self.route(from.conn, None) {
             Ok(target) if target.level.as_ref().is_none_or(|l| l.allows(params.level)) => {
-                let _ = target.tx.send(Relayed::Log(params));
+                let _ = target.tx.try_send(Relayed::Log(params));
             }
             Ok(_) => {}
             Err(why) => tracing::debug!(backend = from.backend, ?why, "backend log message not relayed"),
@@ -474,7 +479,7 @@ impl Relay for SessionRelay {
         }
         match self.hub.route(from.conn, None) {
             Ok(target) => {
-                let _ = target.tx.send(Relayed::Log(params));
+                let _ = target.tx.try_send(Relayed::Log(params));
             }
             Err(_) => {
                 let peer = self.peer.clone();

@@ -52,7 +52,7 @@ pub struct PendingCall {
     pub client: Option<ClientCapabilities>,
     pub call: CallFuture,
     pub guard: Arc<CallGuard>,
-    pub relayed: mpsc::UnboundedReceiver<Relayed>,
+    pub relayed: mpsc::Receiver<Relayed>,
     /// Backend requests for the client (set for clients without a session).
     pub asks: Option<mpsc::UnboundedReceiver<Ask>>,
     /// Asks handed to the client in the last input-required result, by key.

@@ -26,13 +26,13 @@ pub fn head_tail(text: &str, budget: usize) -> (usize, usize) {
     }
     let head_len = (budget as f64 * HEAD_SHARE) as usize;
     let tail_len = budget - head_len;
-    let mut head = text.floor_char_boundary(head_len);
+    let mut head = floor_boundary(text, head_len);
     if let Some(nl) = text[..head].rfind('\n')
         && head - nl <= (head_len as f64 * LINE_SLACK) as usize
     {
         head = nl + 1;
     }
-    let mut tail = text.ceil_char_boundary(text.len() - tail_len);
+    let mut tail = ceil_boundary(text, text.len() - tail_len);
     if let Some(nl) = text[tail..].find('\n')
         && nl <= (tail_len as f64 * LINE_SLACK) as usize
         && tail + nl + 1 < text.len()
@@ -40,6 +40,24 @@ pub fn head_tail(text: &str, budget: usize) -> (usize, usize) {
         tail += nl + 1;
     }
     (head, tail.max(head))
+}
+
+/// The char boundary at or before `i` (`str::floor_char_boundary`, newer than this crate's MSRV).
+pub fn floor_boundary(s: &str, i: usize) -> usize {
+    let mut i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// The char boundary at or after `i`.
+pub fn ceil_boundary(s: &str, i: usize) -> usize {
+    let mut i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
 }
 
 /// One shortening of a JSON value, for the marker.

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use super::cut::{ceil_boundary, floor_boundary};
+
 /// One kept part of a result: a cut text (as it was), a JSON value (compact), or binary data
 /// (its base64, as the backend sent it).
 #[derive(Debug, Clone)]
@@ -37,6 +39,8 @@ struct State {
     order: VecDeque<String>,
     total: u64,
     by_principal: HashMap<String, u64>,
+    /// Ids removed to make room, for the shared store to forget too.
+    evicted: Vec<String>,
 }
 
 pub struct Kept {
@@ -117,8 +121,8 @@ impl Kept {
         Ok(id)
     }
 
-    /// Part `name` of result `id`, if `principal` kept it and it is still here.
-    pub fn read(&self, principal: &str, id: &str, name: &str) -> Result<Part, Miss> {
+    /// Part `name` (none: the first) of result `id`, if `principal` kept it and it is still here.
+    pub fn read(&self, principal: &str, id: &str, name: Option<&str>) -> Result<Part, Miss> {
         let mut s = self.state.lock().expect("kept results");
         s.expire(Instant::now());
         let Some(entry) = s.entries.get(id).filter(|e| e.principal == principal) else {
@@ -132,9 +136,14 @@ impl Kept {
         entry
             .parts
             .iter()
-            .find(|p| p.name == name)
+            .find(|p| name.is_none_or(|n| p.name == n))
             .cloned()
             .ok_or_else(|| Miss::NoPart(entry.parts.iter().map(|p| p.name.clone()).collect()))
+    }
+
+    /// The ids evicted to make room since the last call.
+    pub fn take_evicted(&self) -> Vec<String> {
+        std::mem::take(&mut self.state.lock().expect("kept results").evicted)
     }
 
     /// Bytes kept now, in all.
@@ -175,10 +184,10 @@ impl State {
 /// both ends moved down to char boundaries, so that reads that each start where the last ended
 /// put the text back together byte for byte. Never empty before the end.
 pub fn span(text: &str, offset: usize, length: usize) -> (usize, usize) {
-    let start = text.floor_char_boundary(offset.min(text.len()));
-    let mut end = text.floor_char_boundary(start.saturating_add(length.max(1)).min(text.len()));
+    let start = floor_boundary(text, offset.min(text.len()));
+    let mut end = floor_boundary(text, start.saturating_add(length.max(1)).min(text.len()));
     if end == start && start < text.len() {
-        end = text.ceil_char_boundary(start + 1);
+        end = ceil_boundary(text, start + 1);
     }
     (start, end)
 }
@@ -188,10 +197,10 @@ pub fn span(text: &str, offset: usize, length: usize) -> (usize, usize) {
 /// `None` past the last page.
 pub fn page_span(text: &str, page: usize, size: usize) -> Option<(usize, usize)> {
     let size = size.max(4);
-    let start = text.floor_char_boundary(page.checked_sub(1)?.saturating_mul(size).min(text.len()));
+    let start = floor_boundary(text, page.checked_sub(1)?.saturating_mul(size).min(text.len()));
     if start >= text.len() && !(page == 1 && text.is_empty()) {
         return None;
     }
-    let end = text.floor_char_boundary(page.saturating_mul(size).min(text.len()));
+    let end = floor_boundary(text, page.saturating_mul(size).min(text.len()));
     Some((start, end))
 }

@@ -14,6 +14,8 @@
 
 pub mod cut;
 pub mod kept;
+pub mod read;
+pub mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -39,6 +41,15 @@ pub const PAGE_BYTES: usize = 40_000;
 const MARKER_BYTES: usize = 600;
 /// `_meta` key a result carries when toolmux cut it: the kept id and the parts cut.
 pub const META_KEY: &str = "toolmux/cut";
+
+/// The tool `_meta` key Claude Code reads for the largest result it keeps whole, in characters.
+pub const MAX_RESULT_CHARS: &str = "anthropic/maxResultSizeChars";
+
+/// The most characters a result held to `bound` reaches the client with: its text budget and
+/// room for the markers of a few cut parts.
+pub fn max_result_chars(bound: Bound) -> u64 {
+    bound.tokens.saturating_mul(4).saturating_add(4 * MARKER_BYTES as u64)
+}
 
 /// The limits one call's result is held to: bytes of text (tokens × 4) and bytes per binary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +85,8 @@ struct Settings {
 pub struct Results {
     settings: ArcSwap<Settings>,
     kept: ArcSwap<Kept>,
+    /// The replicas' store, where kept results are written for any replica to read.
+    shared: std::sync::OnceLock<Arc<crate::session::shared::SharedSessions>>,
 }
 
 /// Why a result's parts were not kept, or the id to read them by.
@@ -84,7 +97,33 @@ impl Results {
         Self {
             settings: ArcSwap::from_pointee(Settings::of(config)),
             kept: ArcSwap::from_pointee(Kept::new(config.keep_for, config.keep_bytes, config.keep_bytes_per_principal)),
+            shared: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Keeps results in the replicas' store too, so that any replica reads them.
+    pub fn share(&self, store: Arc<crate::session::shared::SharedSessions>) {
+        let _ = self.shared.set(store);
+    }
+
+    /// Part `name` (none: the first) of kept result `id`, if `principal` kept it: from this
+    /// replica, else from the replicas' store.
+    pub async fn read(&self, principal: &str, id: &str, name: Option<&str>) -> Result<Part, Miss> {
+        let kept = self.kept();
+        let here = kept.read(principal, id, name);
+        let (Err(Miss::Gone | Miss::Elsewhere(_)), Some(store)) = (&here, self.shared.get()) else { return here };
+        match shared::get(store, id, principal, name).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::debug!(error = %e.0, "a kept result could not be read from the store");
+                here
+            }
+        }
+    }
+
+    /// What a miss says (see [`read::miss_message`]).
+    pub fn miss_message(&self, id: &str, miss: &Miss) -> String {
+        read::miss_message(&self.kept(), id, miss)
     }
 
     /// Puts new settings in force; results kept so far stay unless keeping's bounds changed.
@@ -106,6 +145,14 @@ impl Results {
     pub fn keeps(&self) -> bool {
         let s = self.settings.load();
         s.config.keep_bytes > 0 && (s.config.max_tokens > 0 || s.config.max_bytes > 0 || !s.rules.is_empty())
+    }
+
+    /// The most bytes one read of a kept result returns: `max_tokens` × 4 (at least a page).
+    pub fn read_cap(&self) -> usize {
+        match self.settings.load().config.max_tokens {
+            0 => usize::MAX,
+            t => usize::try_from(t.saturating_mul(4)).unwrap_or(usize::MAX).max(PAGE_BYTES),
+        }
     }
 
     /// The limits on `caller`'s results of `tool` (its original name) on `backend`: the first
@@ -135,9 +182,15 @@ impl Results {
     }
 
     /// Holds `result` to `bound`: cuts what is over it, keeps the whole for `principal`, and
-    /// says in the result how to read the rest. `schema` is the tool's `outputSchema`. Returns
-    /// how many parts were cut.
-    pub fn apply(&self, principal: &str, bound: Bound, schema: Option<&Value>, result: &mut CallToolResult) -> usize {
+    /// says in the result how to read the rest. `schema` gives the tool's `outputSchema` (asked
+    /// for only when something is cut). Returns how many parts were cut.
+    pub async fn apply(
+        &self,
+        principal: &str,
+        bound: Bound,
+        schema: impl FnOnce() -> Option<Value>,
+        result: &mut CallToolResult,
+    ) -> usize {
         if bound.is_none() {
             return 0;
         }
@@ -147,9 +200,18 @@ impl Results {
         }
         let parts = plan.originals(result);
         let kept = self.kept();
-        let rest = kept.keep(principal, parts);
+        let rest = kept.keep(principal, parts.clone());
+        // With replicas, written to the store before the answer goes out: the client's next
+        // request may reach another replica.
+        if let (Ok(id), Some(store)) = (&rest, self.shared.get()) {
+            shared::forget(store, &kept.take_evicted()).await;
+            if let Err(e) = shared::put(store, id, principal, &parts, kept.keep_for()).await {
+                // Still readable here; a read elsewhere is told which replica holds it.
+                tracing::warn!(error = %e.0, "a kept result could not be written to the store: readable on this replica only");
+            }
+        }
         let minutes = kept.keep_for().as_secs().div_ceil(60);
-        let cut = plan.apply(result, schema, &Reading { rest: &rest, minutes });
+        let cut = plan.apply(result, schema().as_ref(), &Reading { rest: &rest, minutes });
         let mut meta = result.meta.take().unwrap_or_default();
         meta.0.insert(
             META_KEY.into(),

@@ -12,6 +12,17 @@ fn results(max_tokens: u64) -> Results {
     Results::new(&ResultsConfig { max_tokens, ..Default::default() })
 }
 
+/// [`Results::apply`], run to its end (nothing in it waits without a shared store).
+fn apply(
+    r: &Results,
+    principal: &str,
+    bound: Bound,
+    schema: impl FnOnce() -> Option<Value>,
+    result: &mut CallToolResult,
+) -> usize {
+    futures::executor::block_on(r.apply(principal, bound, schema, result))
+}
+
 fn text(r: &CallToolResult, i: usize) -> &str {
     match &r.content[i] {
         ContentBlock::Text(t) => &t.text,
@@ -26,7 +37,7 @@ fn kept_id(r: &CallToolResult) -> String {
 
 /// Part `name` of `id`, read back as a client would: page after page until the end.
 fn read_back(kept: &Kept, principal: &str, id: &str, name: &str, length: usize) -> String {
-    let part = kept.read(principal, id, name).unwrap();
+    let part = kept.read(principal, id, Some(name)).unwrap();
     let (mut out, mut offset) = (String::new(), 0);
     while offset < part.text.len() {
         let (start, end) = span(&part.text, offset, length);
@@ -43,7 +54,7 @@ fn a_long_text_keeps_its_head_and_tail_and_reads_back_byte_for_byte() {
     let whole: String = (0..20_000).map(|i| format!("line {i}: é€😀 data\n")).collect();
     let r = results(1_000);
     let mut result = CallToolResult::success(vec![ContentBlock::text(whole.clone())]);
-    assert_eq!(r.apply("alice", r.bound(&Caller::named("alice", vec![]), "b", "t"), None, &mut result), 1);
+    assert_eq!(apply(&r, "alice", r.bound(&Caller::named("alice", vec![]), "b", "t"), || None, &mut result), 1);
     let cut = text(&result, 0);
     assert!(cut.len() <= 4_000 + 700, "about max_tokens × 4 bytes: {}", cut.len());
     let marker = cut.find("\n[toolmux:").expect("a marker");
@@ -58,7 +69,7 @@ fn a_long_text_keeps_its_head_and_tail_and_reads_back_byte_for_byte() {
         assert_eq!(read_back(&r.kept(), "alice", &id, "0", length), whole, "pages of {length} bytes");
     }
     // Fixed pages tile the text too.
-    let part = r.kept().read("alice", &id, "0").unwrap();
+    let part = r.kept().read("alice", &id, Some("0")).unwrap();
     let pages: String = (1..).map_while(|p| page_span(&part.text, p, 999)).map(|(s, e)| &part.text[s..e]).collect();
     assert_eq!(pages, whole);
 }
@@ -67,17 +78,17 @@ fn a_long_text_keeps_its_head_and_tail_and_reads_back_byte_for_byte() {
 fn another_principal_reads_nothing_and_an_unknown_id_reads_the_same() {
     let r = results(100);
     let mut result = CallToolResult::success(vec![ContentBlock::text("x".repeat(10_000))]);
-    r.apply("alice", r.bound(&Caller::anonymous(), "b", "t"), None, &mut result);
+    apply(&r, "alice", r.bound(&Caller::anonymous(), "b", "t"), || None, &mut result);
     let id = kept_id(&result);
     let kept = r.kept();
-    assert!(kept.read("alice", &id, "0").is_ok());
-    assert_eq!(kept.read("bob", &id, "0").unwrap_err(), Miss::Gone);
+    assert!(kept.read("alice", &id, Some("0")).is_ok());
+    assert_eq!(kept.read("bob", &id, Some("0")).unwrap_err(), Miss::Gone);
     let unknown = format!("{}-{:032x}", kept.replica(), 7);
-    assert_eq!(kept.read("alice", &unknown, "0").unwrap_err(), Miss::Gone);
-    assert_eq!(kept.read("alice", &id, "9").unwrap_err(), Miss::NoPart(vec!["0".into()]));
+    assert_eq!(kept.read("alice", &unknown, Some("0")).unwrap_err(), Miss::Gone);
+    assert_eq!(kept.read("alice", &id, Some("9")).unwrap_err(), Miss::NoPart(vec!["0".into()]));
     let elsewhere = if kept.replica() == "000000" { "000001" } else { "000000" };
     assert_eq!(
-        kept.read("alice", &format!("{elsewhere}-{:032x}", 7), "0").unwrap_err(),
+        kept.read("alice", &format!("{elsewhere}-{:032x}", 7), Some("0")).unwrap_err(),
         Miss::Elsewhere(elsewhere.into())
     );
 }
@@ -89,7 +100,7 @@ fn a_million_entry_json_array_stays_json_and_says_what_it_left_out() {
     let r =
         Results::new(&ResultsConfig { max_tokens: 2_000, keep_bytes_per_principal: 64 << 20, ..Default::default() });
     let mut result = CallToolResult::success(vec![ContentBlock::text(whole.clone())]);
-    r.apply("alice", r.bound(&Caller::anonymous(), "b", "t"), None, &mut result);
+    apply(&r, "alice", r.bound(&Caller::anonymous(), "b", "t"), || None, &mut result);
     let cut: Value = serde_json::from_str(text(&result, 0)).expect("still JSON");
     let kept_rows = cut["rows"].as_array().unwrap();
     assert!(text(&result, 0).len() <= 8_000, "within the budget: {}", text(&result, 0).len());
@@ -122,7 +133,7 @@ fn structured_content_keeps_its_schema() {
     });
     let mut result = CallToolResult::structured(value.clone());
     let r = results(5_000);
-    r.apply("alice", r.bound(&Caller::anonymous(), "b", "t"), Some(&schema), &mut result);
+    apply(&r, "alice", r.bound(&Caller::anonymous(), "b", "t"), || Some(schema.clone()), &mut result);
     let got = result.structured_content.as_ref().unwrap();
     assert!(got["items"].as_array().unwrap().len() >= 50, "minItems kept");
     assert!(got["ids"].as_array().unwrap().iter().all(|s| s.as_str().unwrap().chars().all(|c| c.is_ascii_digit())));
@@ -130,7 +141,7 @@ fn structured_content_keeps_its_schema() {
     assert!(got["log"].as_str().unwrap().len() < 100_000, "a free string is cut");
     assert!(json_size(got) <= 20_000, "fits: {}", json_size(got));
     let id = kept_id(&result);
-    let whole: Value = serde_json::from_str(&r.kept().read("alice", &id, "structured").unwrap().text).unwrap();
+    let whole: Value = serde_json::from_str(&r.kept().read("alice", &id, Some("structured")).unwrap().text).unwrap();
     assert_eq!(whole, value, "the whole structured content is kept");
 }
 
@@ -149,13 +160,13 @@ fn an_image_over_the_byte_limit_becomes_a_link_to_its_kept_copy() {
     let r = Results::new(&ResultsConfig { max_bytes: 1_000, ..Default::default() });
     let mut result =
         CallToolResult::success(vec![ContentBlock::text("a chart"), ContentBlock::image(data.clone(), "image/png")]);
-    r.apply("alice", r.bound(&Caller::anonymous(), "b", "t"), None, &mut result);
+    apply(&r, "alice", r.bound(&Caller::anonymous(), "b", "t"), || None, &mut result);
     let ContentBlock::ResourceLink(link) = &result.content[1] else { panic!("{:?}", result.content[1]) };
     let id = kept_id(&result);
     assert_eq!(link.uri, format!("{URI_PREFIX}{id}/1"));
     assert_eq!(link.size, Some(3_000));
-    let part = r.kept().read("alice", &id, "1").unwrap();
-    assert!(part.binary && &*part.text == data && part.mime_type.as_deref() == Some("image/png"));
+    let part = r.kept().read("alice", &id, Some("1")).unwrap();
+    assert!(part.binary && *part.text == data && part.mime_type.as_deref() == Some("image/png"));
     assert_eq!(text(&result, 0), "a chart", "the text under the limit is untouched");
 }
 
@@ -164,7 +175,7 @@ fn a_result_under_every_limit_is_left_alone() {
     let r = results(1_000);
     let mut result = CallToolResult::success(vec![ContentBlock::text("short")]);
     let before = result.clone();
-    assert_eq!(r.apply("alice", r.bound(&Caller::anonymous(), "b", "t"), None, &mut result), 0);
+    assert_eq!(apply(&r, "alice", r.bound(&Caller::anonymous(), "b", "t"), || None, &mut result), 0);
     assert_eq!(result, before);
 }
 
@@ -175,18 +186,18 @@ fn keeping_is_bounded_per_principal_and_in_all_and_expires() {
     let a1 = kept.keep("alice", part(1_000)).unwrap();
     let a2 = kept.keep("alice", part(1_000)).unwrap();
     let a3 = kept.keep("alice", part(1_000)).unwrap();
-    assert_eq!(kept.read("alice", &a1, "0").unwrap_err(), Miss::Gone, "alice's oldest made room");
-    assert!(kept.read("alice", &a2, "0").is_ok() && kept.read("alice", &a3, "0").is_ok());
+    assert_eq!(kept.read("alice", &a1, Some("0")).unwrap_err(), Miss::Gone, "alice's oldest made room");
+    assert!(kept.read("alice", &a2, Some("0")).is_ok() && kept.read("alice", &a3, Some("0")).is_ok());
     let b1 = kept.keep("bob", part(1_000)).unwrap();
     assert_eq!(kept.bytes(), 3_000);
     let b2 = kept.keep("bob", part(1_000)).unwrap();
-    assert_eq!(kept.read("alice", &a2, "0").unwrap_err(), Miss::Gone, "the oldest of all made room");
-    assert!(kept.read("bob", &b1, "0").is_ok() && kept.read("bob", &b2, "0").is_ok());
+    assert_eq!(kept.read("alice", &a2, Some("0")).unwrap_err(), Miss::Gone, "the oldest of all made room");
+    assert!(kept.read("bob", &b1, Some("0")).is_ok() && kept.read("bob", &b2, Some("0")).is_ok());
     let why = kept.keep("bob", part(2_001)).unwrap_err();
     assert!(why.contains("keep_bytes_per_principal"), "{why}");
     let brief = Kept::new(Duration::ZERO, 3_000, 2_000);
     let id = brief.keep("alice", part(10)).unwrap();
-    assert_eq!(brief.read("alice", &id, "0").unwrap_err(), Miss::Gone, "expired");
+    assert_eq!(brief.read("alice", &id, Some("0")).unwrap_err(), Miss::Gone, "expired");
     assert_eq!(brief.bytes(), 0);
 }
 
@@ -194,7 +205,7 @@ fn keeping_is_bounded_per_principal_and_in_all_and_expires() {
 fn a_result_too_large_to_keep_says_so_in_its_marker() {
     let r = Results::new(&ResultsConfig { max_tokens: 100, keep_bytes_per_principal: 1_000, ..Default::default() });
     let mut result = CallToolResult::success(vec![ContentBlock::text("y".repeat(5_000))]);
-    r.apply("alice", r.bound(&Caller::anonymous(), "b", "t"), None, &mut result);
+    apply(&r, "alice", r.bound(&Caller::anonymous(), "b", "t"), || None, &mut result);
     let cut = text(&result, 0);
     assert!(cut.contains("was not kept") && cut.contains("keep_bytes_per_principal"), "{cut}");
     assert!(!cut.contains("read_result"));

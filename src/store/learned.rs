@@ -26,7 +26,7 @@
 //! every replica applies every label as the store orders them ([`Learned::apply`]), so they all
 //! rank a request the same way.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,6 +53,9 @@ const MAX_CONTRIBUTORS: usize = 64;
 pub const MAX_WEIGHT: u32 = 64;
 /// Labels taken from one client session, at most (one per tool).
 pub const PER_SESSION: usize = 16;
+/// Result sizes kept per tool, the most recent: enough for a 95th percentile to mean something.
+pub const SIZE_SAMPLES: usize = 40;
+
 /// The bonus's weight, in units of the fused score (a z-score mean): chosen with
 /// `toolmux eval-learning` as the setting whose smaller gain over the two sets is largest, among
 /// those that need two labels (docs/search.md).
@@ -97,6 +100,18 @@ pub struct Learned {
     salt: RwLock<u64>,
     /// Where labels go instead of being applied here, when the replicas share them.
     shared: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<Label>>,
+    /// The sizes of each tool's recent results, in tokens (for find_tool's answer): observed on
+    /// every completed call whatever `learning` says, since they steer no ranking.
+    sizes: RwLock<HashMap<ToolKey, VecDeque<u32>>>,
+}
+
+/// How large a tool's results have been, in tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultSizes {
+    pub p50: u32,
+    pub p95: u32,
+    /// Results observed.
+    pub calls: usize,
 }
 
 /// One label: a request vector, the tool it found, and who asked (as a keyed hash).
@@ -131,6 +146,9 @@ struct File {
     #[serde(default)]
     salt: u64,
     tools: Vec<(String, String, Entry)>,
+    /// Recent result sizes in tokens, by tool.
+    #[serde(default)]
+    sizes: Vec<(String, String, Vec<u32>)>,
 }
 
 mod hex_f32 {
@@ -165,7 +183,31 @@ impl Learned {
             min_labels: MIN_LABELS,
             salt: RwLock::new(rand::random()),
             shared: std::sync::OnceLock::new(),
+            sizes: RwLock::default(),
         }
+    }
+
+    /// Notes that a call of `tool` returned `tokens` tokens.
+    pub fn record_size(&self, tool: &ToolKey, tokens: u64) {
+        let mut sizes = self.sizes.write().expect("learned lock");
+        if sizes.len() >= MAX_TOOLS && !sizes.contains_key(tool) {
+            return;
+        }
+        let recent = sizes.entry(tool.clone()).or_default();
+        if recent.len() == SIZE_SAMPLES {
+            recent.pop_front();
+        }
+        recent.push_back(u32::try_from(tokens).unwrap_or(u32::MAX));
+        self.dirty.store(true, Ordering::Relaxed);
+    }
+
+    /// How large `tool`'s recent results were, if any were seen.
+    pub fn sizes(&self, tool: &ToolKey) -> Option<ResultSizes> {
+        let sizes = self.sizes.read().expect("learned lock");
+        let mut seen: Vec<u32> = sizes.get(tool)?.iter().copied().collect();
+        seen.sort_unstable();
+        let at = |q: f64| seen[((seen.len() - 1) as f64 * q).round() as usize];
+        Some(ResultSizes { p50: at(0.5), p95: at(0.95), calls: seen.len() })
     }
 
     /// Hands labels to `to` from now on instead of applying them, principals hashed under
@@ -223,6 +265,12 @@ impl Learned {
         if file.salt != 0 {
             *me.salt.write().expect("learned lock") = file.salt;
         }
+        let mut sizes = me.sizes.write().expect("learned lock");
+        for (backend, tool, seen) in file.sizes.into_iter().take(MAX_TOOLS) {
+            let recent = seen.into_iter().rev().take(SIZE_SAMPLES).rev().collect();
+            sizes.insert(ToolKey { backend: backend.into(), tool: tool.into() }, recent);
+        }
+        drop(sizes);
         me.total.store(file.total, Ordering::Relaxed);
         me
     }
@@ -347,6 +395,9 @@ impl Learned {
                 total: self.total(),
                 salt: *self.salt.read().expect("learned lock"),
                 tools: tools.iter().map(|(k, e)| (k.backend.to_string(), k.tool.to_string(), e.clone())).collect(),
+                sizes: (self.sizes.read().expect("learned lock").iter())
+                    .map(|(k, s)| (k.backend.to_string(), k.tool.to_string(), s.iter().copied().collect()))
+                    .collect(),
             }
         };
         super::write_whole(path, &serde_json::to_vec(&file)?)
@@ -471,6 +522,22 @@ mod tests {
         assert_eq!(back.bonus(&unit(&[1.0, 2.0]), &key("b")), 0.0, "still one principal");
         // Another model's vectors are not used.
         assert_eq!(Learned::open(true, 3, Some(path)).total(), 0);
+    }
+
+    #[test]
+    fn result_sizes_keep_the_recent_ones_and_are_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("learned.json");
+        let l = Learned::new(false, 2, Some(path.clone()));
+        assert_eq!(l.sizes(&key("a")), None);
+        for t in 1..=100u64 {
+            l.record_size(&key("a"), t * 100);
+        }
+        let s = l.sizes(&key("a")).unwrap();
+        assert_eq!(s.calls, SIZE_SAMPLES, "only the most recent are kept");
+        assert_eq!((s.p50, s.p95), (8_100, 9_800), "of 6,100..=10,000");
+        l.save().unwrap();
+        assert_eq!(Learned::open(false, 2, Some(path)).sizes(&key("a")), Some(s), "read back");
     }
 
     #[test]

@@ -98,8 +98,12 @@ pub enum CallError {
     NotConnected { backend: String },
     #[error("backend `{backend}` did not answer within {}", humantime::format_duration(*after))]
     Timeout { backend: String, after: Duration },
-    /// What went wrong is logged (secrets in URLs redacted), never sent to the client.
-    #[error("backend `{backend}` lost its connection during the call; try again shortly")]
+    /// What went wrong is logged (secrets in URLs redacted), never sent to the client. An
+    /// answer over the transport's cap on one message (16 MiB over HTTP) ends the connection
+    /// too, and rmcp says no more than that.
+    #[error(
+        "backend `{backend}` lost its connection during the call (an answer over 16 MiB ends it too); try again shortly, or ask for less"
+    )]
     ConnectionLost { backend: String },
     #[error("the call was cancelled by the client")]
     Cancelled,

@@ -51,7 +51,7 @@ async fn demo_serves_the_built_in_backends_in_optimizer_mode() {
     .expect("client connects");
     let tools = c.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names, vec!["find_tool", "call_tool"]);
+    assert_eq!(names, vec!["find_tool", "call_tool", "read_result"]);
     let r = call(&c, "find_tool", json!({"tool_description": "send a chat message to a channel"})).await;
     let found = found(&r);
     assert!(found.iter().take(3).any(|n| n == "slack_send_message"), "{found:?}");

@@ -179,7 +179,7 @@ async fn optimizer_meta_tools_match_the_golden_schemas() {
     let app = gateway("[server]\nlisten = \"127.0.0.1:0\"\n", EmbedderChoice::Given(model())).await;
     let (c, _) = client(&app).await;
     let tools = c.list_all_tools().await.unwrap();
-    assert_eq!(names(&tools), vec!["find_tool", "call_tool"]);
+    assert_eq!(names(&tools), vec!["find_tool", "call_tool", "read_result"]);
     let got = serde_json::to_value(&tools).unwrap();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/meta_tools.json");
     if std::env::var_os("TOOLMUX_UPDATE_GOLDEN").is_some() {
@@ -267,7 +267,7 @@ async fn optimizer_works_for_stateless_2026_07_28_clients() {
     let app = gateway(&toml, EmbedderChoice::Given(model())).await;
     let c = stateless_client(&app, Recorder::default(), None).await;
     let tools = c.list_all_tools().await.unwrap();
-    assert_eq!(names(&tools), vec!["find_tool", "call_tool"]);
+    assert_eq!(names(&tools), vec!["find_tool", "call_tool", "read_result"]);
     let r = call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await;
     assert_eq!(found(&r)[0], "stable_echo");
     let r = call(&c, "call_tool", json!({"tool_name": "stable_echo", "parameters": {"input": "stateless"}})).await;

@@ -29,6 +29,7 @@ mod redis_server;
 mod relay;
 mod replicas;
 mod repo;
+mod results;
 mod rounds;
 mod scrub;
 mod search;

@@ -34,8 +34,11 @@ async fn pinned_tools_are_listed_and_called_under_policy() {
     let info = alice.peer_info().unwrap();
     assert!(info.capabilities.tools.as_ref().unwrap().list_changed == Some(true), "pins can change: announced");
 
-    assert_eq!(names(&alice.list_all_tools().await.unwrap()), ["find_tool", "call_tool", "kit_echo", "kit_sleep"]);
-    assert_eq!(names(&bob.list_all_tools().await.unwrap()), ["find_tool", "call_tool", "kit_echo"]);
+    assert_eq!(
+        names(&alice.list_all_tools().await.unwrap()),
+        ["find_tool", "call_tool", "read_result", "kit_echo", "kit_sleep"]
+    );
+    assert_eq!(names(&bob.list_all_tools().await.unwrap()), ["find_tool", "call_tool", "read_result", "kit_echo"]);
     assert_eq!(text(&call(&alice, "kit_echo", json!({"input": "pinned"})).await), "pinned");
     assert_eq!(text(&call(&alice, "kit_sleep", json!({"ms": 1})).await), "slept 1 ms");
     let refused = bob
@@ -62,13 +65,13 @@ async fn pinned_tools_are_listed_and_called_under_policy() {
 
 /// A session with no pins lists exactly the two meta-tools and is never told of list changes.
 #[tokio::test]
-async fn without_pins_optimizer_lists_the_two_meta_tools() {
+async fn without_pins_optimizer_lists_only_its_own_tools() {
     let kit = http_backend("testkit").await;
     let toml =
         format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\n{}", http_backend_toml("kit", &kit.url));
     let app = gateway(&toml, EmbedderChoice::None).await;
     let (c, _) = client(&app).await;
-    assert_eq!(names(&c.list_all_tools().await.unwrap()), ["find_tool", "call_tool"]);
+    assert_eq!(names(&c.list_all_tools().await.unwrap()), ["find_tool", "call_tool", "read_result"]);
     assert!(c.peer_info().unwrap().capabilities.tools.as_ref().unwrap().list_changed.is_none());
 }
 

@@ -967,3 +967,52 @@ async fn replicas_learn_from_each_others_calls() {
     assert!(eventually(Duration::from_secs(10), || both(2)).await, "a: {} b: {}", learning(&a), learning(&b));
     assert_eq!(learning(&a), learning(&b));
 }
+
+/// A session on `url` presenting bearer token `token`.
+async fn client_at(url: &str, token: &str) -> Client {
+    use rmcp::ServiceExt;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let cfg = StreamableHttpClientTransportConfig::with_uri(url.to_string()).auth_header(token.to_string());
+    Recorder::default().serve(rmcp::transport::StreamableHttpClientTransport::from_config(cfg)).await.unwrap()
+}
+
+/// Every piece of kept result `id`'s first part, read with read_result from `c`.
+async fn read_kept(c: &Client, id: &str) -> String {
+    let (mut whole, mut offset) = (String::new(), 0);
+    loop {
+        let r = call(c, "read_result", json!({"id": id, "offset": offset, "length": 6_000})).await;
+        assert_ne!(r.is_error, Some(true), "{}", text(&r));
+        whole += &text(&r);
+        match r.meta.as_ref().unwrap().0["toolmux/read"]["next"].as_u64() {
+            Some(next) => offset = next,
+            None => return whole,
+        }
+    }
+}
+
+/// A result cut on one replica is kept in the store: its principal reads it on another, byte for
+/// byte as on the first; another principal is told there is no such result.
+#[tokio::test]
+async fn a_kept_result_is_read_on_any_replica_by_its_principal_alone() {
+    let redis = Redis::start().await;
+    let backends = Backends::start().await;
+    let extra = format!("[results]\nmax_tokens = 500\n{}", bearer_auth(&["alice", "bob"]));
+    let config = backends.config("passthrough", &redis, &extra);
+    let (a, b) = (Served::start(&config).await, Served::start(&config).await);
+    let (alice_a, alice_b, bob_b) =
+        (client_at(&a.url, "alice").await, client_at(&b.url, "alice").await, client_at(&b.url, "bob").await);
+    let cut = call(&alice_a, "kit_big", json!({"kind": "text", "bytes": 20_000})).await;
+    let id = cut.meta.as_ref().unwrap().0["toolmux/cut"]["id"].as_str().expect("kept").to_string();
+    let here = read_kept(&alice_a, &id).await;
+    assert!(here.len() >= 20_000 && here.starts_with("line 0: "), "{}", here.len());
+    assert_eq!(read_kept(&alice_b, &id).await, here, "read whole on the other replica");
+    let theirs = call(&bob_b, "read_result", json!({"id": id})).await;
+    assert_eq!(theirs.is_error, Some(true));
+    assert!(text(&theirs).contains("no kept result") && !text(&theirs).contains("line 0"), "{}", text(&theirs));
+    let mut c = redis.client().get_multiplexed_async_connection().await.unwrap();
+    let ttl: i64 = redis::cmd("PTTL").arg(format!("toolmux:result:{id}")).query_async(&mut c).await.unwrap();
+    assert!(ttl > 0 && ttl <= 600_000, "kept with an expiry ({ttl})");
+    for c in [alice_a, alice_b, bob_b] {
+        c.cancel().await.unwrap();
+    }
+}

@@ -14,7 +14,10 @@
 //!   no other principal, no search of another principal's scope;
 //! - `[[limits]]`: each principal has a quota of jira calls of its own, spent alike by its
 //!   sessions and its session-less requests; one principal's calls never spend another's, and
-//!   the call past the quota is refused naming the limit.
+//!   the call past the quota is refused naming the limit;
+//! - `[results]`: a result cut to the walk's small limit is kept for the principal that made
+//!   the call, who reads it back (through read_result and `resources/read`, from any of its
+//!   sessions or none); every other principal is told it does not exist.
 //!
 //! `TOOLMUX_TENANT_SEED=N` replays one walk; `TOOLMUX_TENANT_STEPS=N` makes each walk longer
 //! (CI runs a bounded number of steps). A failure prints the seed and the step.
@@ -101,6 +104,8 @@ struct Walk {
     dead: Vec<String>,
     /// jira calls each principal made within its [`QUOTA`].
     spent: [usize; 3],
+    /// Results cut and kept: id, and the principal that made the call.
+    kept: Vec<(String, usize)>,
     step: usize,
     seed: u64,
 }
@@ -110,7 +115,7 @@ const QUOTA: usize = 2;
 
 impl Walk {
     async fn start(mode: &'static str, variant: Variant, seed: u64, kit: &HttpBackend, others: &[HttpBackend]) -> Self {
-        let mut base = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n");
+        let mut base = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n[results]\nmax_tokens = 250\n");
         if variant == Variant::StatelessWithGroups {
             base += "[groups]\nenabled = true\n";
         }
@@ -144,6 +149,7 @@ impl Walk {
             tasks: Vec::new(),
             dead: Vec::new(),
             spent: [0; 3],
+            kept: Vec::new(),
             step: 0,
             seed,
         }
@@ -187,7 +193,9 @@ impl Walk {
             61..65 => self.console(who.principal()).await,
             65..73 => self.make_task(who).await,
             73..84 => self.follow_task(who).await,
-            84..92 => self.spend(who).await,
+            84..88 => self.spend(who).await,
+            88..90 => self.keep(who).await,
+            90..92 => self.read_kept(who).await,
             92..97 => self.reload().await,
             _ => self.end_session(who).await,
         }
@@ -244,7 +252,7 @@ impl Walk {
     async fn list(&mut self, who: Who) {
         let c = self.client(who).await;
         let tools = c.list_all_tools().await.unwrap_or_else(|e| panic!("{}: tools/list: {e}", self.at()));
-        for t in tools.iter().filter(|t| !["find_tool", "call_tool"].contains(&t.name.as_ref())) {
+        for t in tools.iter().filter(|t| !["find_tool", "call_tool", "read_result"].contains(&t.name.as_ref())) {
             assert!(self.in_scope(who, &t.name), "{}: {who:?} listed {} outside its scope", self.at(), t.name);
         }
         // (A client of groups lists only the top-level tools: none are configured.)
@@ -441,6 +449,52 @@ impl Walk {
             self.spent[p] += 1;
         } else {
             assert!(r.is_error == Some(true) && said.contains("limit `walk`"), "{}: past the quota: {said}", self.at());
+        }
+    }
+
+    /// A result over the walk's limit: cut, and kept for this principal.
+    async fn keep(&mut self, who: Who) {
+        let p = who.principal();
+        let c = self.client(who).await;
+        let r = self.call(&c, "kit_big", json!({"kind": "text", "bytes": 4000})).await;
+        if !self.allowed[p].contains("kit") {
+            assert_eq!(r.is_error, Some(true), "{}: {who:?} used kit outside its scope", self.at());
+            return;
+        }
+        let cut = r.meta.as_ref().map(|m| m.0["toolmux/cut"]["id"].clone());
+        let id = cut.and_then(|v| v.as_str().map(str::to_owned));
+        let id = id.unwrap_or_else(|| panic!("{}: {who:?}'s long result was not cut and kept: {r:?}", self.at()));
+        self.kept.push((id, p));
+    }
+
+    /// A kept result read by `who`: whole for its principal, non-existent for anyone else.
+    async fn read_kept(&mut self, who: Who) {
+        if self.kept.is_empty() {
+            return self.keep(who).await;
+        }
+        let (id, owner) = self.kept[self.rng.random_range(0..self.kept.len())].clone();
+        let c = self.client(who).await;
+        let r = self.call(&c, "read_result", json!({"id": id, "length": 100_000})).await;
+        let read =
+            c.read_resource(rmcp::model::ReadResourceRequestParams::new(format!("toolmux://results/{id}/0"))).await;
+        let said = text(&r);
+        if who.principal() == owner {
+            assert!(
+                r.is_error != Some(true) && said.starts_with("line 0: "),
+                "{}: {who:?} reads its own: {said}",
+                self.at()
+            );
+            assert!(said.len() >= 4000, "{}: the whole: {} bytes", self.at(), said.len());
+            assert!(read.is_ok(), "{}: {who:?} reads its own as a resource: {read:?}", self.at());
+        } else {
+            assert!(
+                r.is_error == Some(true) && said.contains("no kept result") && !said.contains("line 0"),
+                "{}: {who:?} read {}'s kept result: {said}",
+                self.at(),
+                PRINCIPALS[owner]
+            );
+            let refused = read.expect_err("another principal's kept result is not read").to_string();
+            assert!(refused.contains("no kept result") && !refused.contains("line 0"), "{}: {refused}", self.at());
         }
     }
 

@@ -37,7 +37,7 @@ const SCRUBBED = "from typescript with [redacted: aws-access-token]";
 const names = (await client.listTools()).tools.map((t) => t.name);
 let echoed;
 if (mode === "optimizer") {
-  check(JSON.stringify(names) === JSON.stringify(["find_tool", "call_tool"]), `optimizer lists only the meta-tools: ${names}`);
+  check(JSON.stringify(names) === JSON.stringify(["find_tool", "call_tool", "read_result"]), `optimizer lists only its own tools: ${names}`);
   const found = await client.callTool({
     name: "find_tool",
     arguments: { tool_description: "create a pull request on a code repository" },
@@ -55,6 +55,36 @@ if (mode === "optimizer") {
 }
 // The credential the tool printed back is scrubbed ([results] scrub), the rest kept.
 check(!echoed.isError && textOf(echoed) === SCRUBBED, `a call goes through, scrubbed: ${JSON.stringify(echoed)}`);
+
+// A result over the limit arrives cut, still valid against the tool's outputSchema (the SDK
+// checks it against the schema it listed), and its caller reads the whole back.
+const ROWS = 30000;
+const rows =
+  mode === "optimizer"
+    ? await client.callTool({ name: "call_tool", arguments: { tool_name: "kit_rows", parameters: { count: ROWS } } })
+    : await client.callTool({ name: "kit_rows", arguments: { count: ROWS } });
+const cut = (rows._meta || {})["toolmux/cut"] || {};
+check(!rows.isError && cut.id, `a long result is cut and kept: ${JSON.stringify(rows._meta)}`);
+const got = rows.structuredContent || {};
+check(got.rows.length > 0 && got.rows.length < ROWS && got.total === ROWS, `shortened, valid: ${got.rows.length}`);
+let kept = "";
+for (let page = 1, offset = 0; ; page += 1) {
+  check(page < 200, "the kept result ends");
+  let step;
+  if (mode === "optimizer") {
+    const piece = await client.callTool({ name: "read_result", arguments: { id: cut.id, part: "structured", offset } });
+    kept += textOf(piece);
+    step = piece._meta["toolmux/read"];
+  } else {
+    const read = await client.readResource({ uri: `toolmux://results/${cut.id}/structured?page=${page}` });
+    kept += read.contents[0].text;
+    step = read.contents[0]._meta["toolmux/read"];
+  }
+  if (step.next === null) break;
+  offset = step.next;
+}
+const whole = JSON.parse(kept);
+check(whole.rows.length === ROWS && whole.rows[ROWS - 1].id === ROWS - 1, "read back whole");
 
 const uris = (await client.listResources()).resources.map((r) => r.uri);
 check(uris.includes("demo://github/about"), `resources/list: ${uris}`);

@@ -11,6 +11,7 @@ SDK logged a warning (such as a failed session termination).
 """
 
 import asyncio
+import json
 import logging
 import sys
 
@@ -39,12 +40,35 @@ SAID = "from python with AKIAZ7VRSQ5NWXKQ2JMF"
 SCRUBBED = "from python with [redacted: aws-access-token]"
 
 
+ROWS = 30_000
+
+
+async def read_back(client, mode: str, id: str) -> dict:
+    """A kept structured result, read whole: with read_result in optimizer mode, page by page
+    with resources/read in passthrough mode."""
+    whole, offset = "", 0
+    for page in range(1, 200):
+        if mode == "optimizer":
+            piece = await client.call_tool("read_result", {"id": id, "part": "structured", "offset": offset})
+            check(not piece.is_error, f"read_result: {text_of(piece)}")
+            whole += text_of(piece)
+            step = piece.meta["toolmux/read"]
+        else:
+            read = await client.read_resource(f"toolmux://results/{id}/structured?page={page}")
+            whole += read.contents[0].text
+            step = read.contents[0].meta["toolmux/read"]
+        if step["next"] is None:
+            return json.loads(whole)
+        offset = step["next"]
+    raise SystemExit("python-sdk: FAILED: the kept result never ended")
+
+
 async def session(mode: str, server, client_mode: str) -> int:
     checks = 0
     async with Client(server, mode=client_mode) as client:
         names = [t.name for t in (await client.list_tools()).tools]
         if mode == "optimizer":
-            check(names == ["find_tool", "call_tool"], f"optimizer lists only the meta-tools: {names}")
+            check(names == ["find_tool", "call_tool", "read_result"], f"optimizer lists only its own tools: {names}")
             found = await client.call_tool("find_tool", {"tool_description": "create a pull request on a code repository"})
             check(not found.is_error, f"find_tool succeeded: {text_of(found)}")
             top = [t["name"] for t in found.structured_content["tools"]]
@@ -57,6 +81,20 @@ async def session(mode: str, server, client_mode: str) -> int:
         # The credential the tool printed back is scrubbed ([results] scrub), the rest kept.
         check(not echoed.is_error and text_of(echoed) == SCRUBBED, f"a call goes through, scrubbed: {echoed}")
         checks += 2
+
+        # A result over the limit arrives cut, still valid against the tool's outputSchema (the
+        # SDK checks it against the schema it listed), and its caller reads the whole back.
+        if mode == "optimizer":
+            rows = await client.call_tool("call_tool", {"tool_name": "kit_rows", "parameters": {"count": ROWS}})
+        else:
+            rows = await client.call_tool("kit_rows", {"count": ROWS})
+        cut = (rows.meta or {}).get("toolmux/cut") or {}
+        got = rows.structured_content or {}
+        check(not rows.is_error and cut.get("id"), f"a long result is cut and kept: {rows.meta}")
+        check(0 < len(got.get("rows", [])) < ROWS and got.get("total") == ROWS, f"shortened, valid: {len(got.get('rows', []))}")
+        whole = await read_back(client, mode, cut["id"])
+        check(len(whole["rows"]) == ROWS and whole["rows"][-1]["id"] == ROWS - 1, "read back whole")
+        checks += 3
 
         uris = [str(r.uri) for r in (await client.list_resources()).resources]
         check("demo://github/about" in uris, f"resources/list: {uris}")

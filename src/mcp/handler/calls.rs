@@ -65,6 +65,23 @@ impl GatewayHandler {
                 }
             }
         }
+        // `[results]`: what is over the caller's limit is cut, and the whole kept for them.
+        if let (Ok(CallToolResponse::Complete(r)), "allowed", Some(backend), Some(tool)) =
+            (&mut response, note.decision, &note.backend, &note.tool)
+        {
+            // How large this tool's results are, for find_tool to say (before any cut).
+            if let (Some(learned), Some(t)) = (self.gw.store.learned(), snap.tool(name))
+                && r.is_error != Some(true)
+            {
+                learned.record_size(&t.key, crate::catalog::tokens_of(&*r));
+            }
+            let bound = self.gw.results.bound(&snap.caller, backend, tool);
+            let schema = || snap.tool(name).and_then(|t| t.tool.output_schema.as_ref()).map(|s| (**s).clone().into());
+            let cut = self.gw.results.apply(&snap.caller.principal, bound, schema, r).await;
+            if cut > 0 {
+                note.detail.get_or_insert_with(|| format!("result cut to its limit ({cut} parts kept whole)"));
+            }
+        }
         // A result returned: its tokens are the principal's on that backend.
         let result_bytes = match (&response, note.decision, &note.backend) {
             (Ok(CallToolResponse::Complete(r)), "allowed", Some(backend)) => {
@@ -470,7 +487,7 @@ impl GatewayHandler {
     /// scheduling step or two (scrubbed as they go).
     async fn settle(
         &self,
-        relayed: &mut tokio::sync::mpsc::UnboundedReceiver<Relayed>,
+        relayed: &mut tokio::sync::mpsc::Receiver<Relayed>,
         backend: &str,
         peer: &rmcp::service::Peer<RoleServer>,
     ) {

@@ -37,12 +37,14 @@ use rmcp::{ErrorData, ServerHandler};
 use super::gateway::Gateway;
 use super::meta::{self, CALL_TOOL, FIND_TOOL};
 use crate::config::Mode;
+use crate::results::READ_RESULT;
 use crate::session::shared::{Change, Restored, SessionKey};
 use crate::session::{Access, Caller, SessionHandle, Snapshot};
 use crate::upstream::{Answer, Backend, CallError, Link};
 
 mod calls;
 mod groups;
+mod kept;
 mod lifecycle;
 mod resources;
 pub mod search;
@@ -266,22 +268,25 @@ impl ServerHandler for GatewayHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.measured("tools/list", &context, async {
+            let snap = self.snapshot(&context);
             let tools = match self.gw.mode {
                 Mode::Optimizer => {
                     let mut tools = vec![meta::find_tool(self.gw.find_tool_description.as_deref()), meta::call_tool()];
-                    let snap = self.snapshot(&context);
+                    // read_result beside them, for hosts that cannot read kept results as resources.
+                    if self.offers_read_result(&snap) {
+                        tools.push(crate::results::read::tool());
+                    }
                     tools.extend(snap.tools().filter(|t| self.gw.is_pinned(t.name())).map(|t| t.tool.clone()));
                     tools
                 }
                 // A client of groups lists the top-level tools; the rest come with their group.
+                // The backends' tools alone: passthrough clients read kept results as resources
+                // (and may still call read_result by name).
                 Mode::Passthrough => match (&self.gw.groups, self.wants_groups(&context)) {
-                    (Some(groups), true) => self
-                        .snapshot(&context)
-                        .tools()
-                        .filter(|t| groups.is_top_level(t.name()))
-                        .map(|t| t.tool.clone())
-                        .collect(),
-                    _ => self.snapshot(&context).tools().map(|t| t.tool.clone()).collect(),
+                    (Some(groups), true) => {
+                        snap.tools().filter(|t| groups.is_top_level(t.name())).map(|t| self.served(&snap, t)).collect()
+                    }
+                    _ => snap.tools().map(|t| self.served(&snap, t)).collect(),
                 },
             };
             self.count_listed(&context, &tools);
@@ -298,15 +303,25 @@ impl ServerHandler for GatewayHandler {
         self.measured("tools/call", &context, async {
         let snap = self.snapshot(&context);
         let result = match self.gw.mode {
+            Mode::Passthrough if request.name == READ_RESULT && self.offers_read_result(&snap) => {
+                self.read_result(request.arguments.as_ref(), &context).await
+            }
             Mode::Passthrough => {
                 let name = request.name.to_string();
                 tracing::Span::current().record("tool", name.as_str());
                 return self.forward_call(&snap, &name, request, &context).await;
             }
             Mode::Optimizer => match request.name.as_ref() {
+                READ_RESULT if self.offers_read_result(&snap) => {
+                    self.read_result(request.arguments.as_ref(), &context).await
+                }
                 FIND_TOOL => self.find_tool_audited(request.arguments.as_ref(), &snap, &context).await,
                 CALL_TOOL => match meta::parse_call(request.arguments.as_ref()) {
                     Err(msg) => meta::error_result(msg),
+                    // An agent that runs read_result through call_tool reads as directly.
+                    Ok(args) if args.tool_name == READ_RESULT && self.offers_read_result(&snap) => {
+                        self.read_result(Some(&args.parameters), &context).await
+                    }
                     Ok(args) => {
                         tracing::Span::current().record("tool", args.tool_name.as_str());
                         // A retry's answers and state travel on the outer call_tool request.
@@ -477,6 +492,10 @@ impl ServerHandler for GatewayHandler {
             let mut note = ReadNote::default();
             let answer = async {
                 self.audit_gate()?;
+                if uri.starts_with(crate::results::URI_PREFIX) {
+                    note.decision = "allowed";
+                    return self.read_kept(&uri, &context).await.map(ReadResourceResponse::Complete);
+                }
                 let Some(backend) = self.resource_owner(&caller, &uri) else {
                     note.decision = "refused";
                     return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));

@@ -10,6 +10,7 @@ use crate::config::AnswerForm;
 use crate::index::{AllowList, Slot};
 use crate::mcp::meta::{self, TokenMetrics, Unavailable};
 use crate::session::Snapshot;
+use crate::store::learned::ResultSizes;
 use crate::store::{Query, Ranker, SearchResult};
 
 /// A find_tool search done, before it is put into an answer: what the console's playground
@@ -25,7 +26,31 @@ pub struct Found {
     pub baseline_tokens: u64,
     /// The caller asked for full definitions (`describe`).
     pub describe: bool,
+    /// How large each hit's results have been, where that is worth saying.
+    pub sizes: Vec<Option<ResultSizes>>,
 }
+
+/// A tool's results count as large, and find_tool says how large, from this 95th percentile.
+pub const LARGE_RESULT_TOKENS: u32 = 5_000;
+
+/// Input parameters that let a caller ask for less; named in a large result's note.
+const NARROWING: &[&str] = &[
+    "limit",
+    "max_results",
+    "maxResults",
+    "per_page",
+    "perPage",
+    "page_size",
+    "pageSize",
+    "top_k",
+    "topK",
+    "count",
+    "max_lines",
+    "lines",
+    "max",
+    "first",
+    "fields",
+];
 
 /// A find_tool request refused before a search: the `isError` answer, and the audit decision
 /// (`limited` by `[[limits]]`, else `refused`).
@@ -42,7 +67,15 @@ impl Found {
             .hits
             .iter()
             .map(|h| &snap.generation.catalog.tools()[h.slot as usize].tool)
-            .map(|t| if compact { meta::compact(t) } else { t.clone() })
+            .zip(self.sizes.iter().chain(std::iter::repeat(&None)))
+            .map(|(t, size)| {
+                let mut shown = if compact { meta::compact(t) } else { t.clone() };
+                if let Some(size) = size {
+                    let note = size_note(t, size);
+                    shown.description = Some(format!("{} {note}", shown.description.as_deref().unwrap_or("")).into());
+                }
+                shown
+            })
             .collect();
         let returned: u64 = tools.iter().map(token_weight).sum();
         let mode = serde_json::to_value(self.result.mode)
@@ -63,6 +96,25 @@ impl Found {
             self.needs_login.clone(),
         )
     }
+}
+
+/// What find_tool says of a tool whose results are large: how large, and how to ask for less.
+fn size_note(tool: &Tool, size: &ResultSizes) -> String {
+    let k = |t: u32| if t >= 1_000 { format!("{}k", (t + 500) / 1_000) } else { t.to_string() };
+    let props = tool.input_schema.get("properties").and_then(|p| p.as_object());
+    let narrowing: Vec<&str> =
+        NARROWING.iter().copied().filter(|n| props.is_some_and(|p| p.contains_key(*n))).collect();
+    let ask = match narrowing.as_slice() {
+        [] => String::new(),
+        [one] => format!("; it has a `{one}` parameter"),
+        many => format!("; it has {} parameters", many.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")),
+    };
+    format!(
+        "(Results are large: about {} tokens typically, {} at the 95th percentile of its last {} calls{ask}.)",
+        k(size.p50),
+        k(size.p95),
+        size.calls
+    )
 }
 
 impl GatewayHandler {
@@ -183,7 +235,17 @@ impl GatewayHandler {
         }
         let unavailable = self.unavailable(snap, &query, &result.hits).await;
         let needs_login = self.needs_login(snap);
+        let tools = snap.generation.catalog.tools();
+        let sizes = match self.gw.store.learned() {
+            Some(learned) => result
+                .hits
+                .iter()
+                .map(|h| learned.sizes(&tools[h.slot as usize].key).filter(|s| s.p95 >= LARGE_RESULT_TOKENS))
+                .collect(),
+            None => Vec::new(),
+        };
         Ok(Found {
+            sizes,
             query,
             result,
             unavailable,

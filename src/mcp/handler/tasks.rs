@@ -173,9 +173,14 @@ impl GatewayHandler {
         let id = params.task_id.clone();
         let (route, backend, link) = self.task_route(&id, ctx).await?;
         let mut got = backend.get_task(&link, GetTaskParams::new(route.upstream), &ctx.ct).await.map_err(wire_error)?;
-        // A finished task's result or error is the backend's answer: secrets out of it.
+        // A finished task's result or error is the backend's answer: secrets out of it, and
+        // held to the caller's result limit as a call's is.
         match &mut got.task.payload {
-            TaskPayload::Completed { result } => scrub_result(&self.gw.scrubbing, backend.name(), result),
+            TaskPayload::Completed { result } => {
+                let caller = self.caller(ctx);
+                let bound = self.gw.results.bound(&caller, backend.name(), &route.tool);
+                finish_result(&self.gw, backend.name(), (&caller.principal, bound), result).await
+            }
             TaskPayload::Failed { error } => scrub_object(&self.gw.scrubbing, backend.name(), error),
             _ => {}
         }
@@ -210,25 +215,34 @@ impl GatewayHandler {
     }
 }
 
-/// A task's tool result, scrubbed as a call's is (`[results] scrub`); anything else it holds,
-/// string by string.
-fn scrub_result(
-    scrubbing: &crate::scrub::Scrubbing,
+/// A task's tool result, scrubbed (`[results] scrub`) and bounded (`[results] max_tokens`)
+/// as a call's is; anything else it holds, scrubbed string by string.
+async fn finish_result(
+    gw: &crate::mcp::gateway::Gateway,
     backend: &str,
+    (principal, bound): (&str, crate::results::Bound),
     result: &mut serde_json::Map<String, serde_json::Value>,
 ) {
-    if !scrubbing.is_on(backend) {
+    if !gw.scrubbing.is_on(backend) && bound.is_none() {
         return;
     }
-    match serde_json::from_value::<CallToolResult>(serde_json::Value::Object(result.clone())) {
+    let value = serde_json::Value::Object(std::mem::take(result));
+    let parsed = <CallToolResult as serde::Deserialize>::deserialize(&value);
+    if let serde_json::Value::Object(o) = value {
+        *result = o;
+    }
+    match parsed {
         Ok(mut r) => {
-            if scrubbing.result(backend, &mut r) > 0
-                && let Ok(serde_json::Value::Object(scrubbed)) = serde_json::to_value(&r)
+            let scrubbed = gw.scrubbing.result(backend, &mut r);
+            let changed = scrubbed + gw.results.apply(principal, bound, || None, &mut r).await;
+            if changed > 0
+                && let Ok(serde_json::Value::Object(done)) = serde_json::to_value(&r)
             {
-                *result = scrubbed;
+                *result = done;
             }
         }
-        Err(_) => scrub_object(scrubbing, backend, result),
+        // Not a tool result after all: its strings scrubbed.
+        Err(_) => scrub_object(&gw.scrubbing, backend, result),
     }
 }
 
