@@ -41,6 +41,7 @@ pub mod demo;
 pub mod descriptors;
 pub mod embed;
 pub mod eval;
+pub mod fence;
 pub mod health;
 pub mod hooks;
 pub mod http;

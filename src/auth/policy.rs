@@ -15,13 +15,36 @@ pub struct Rules {
 }
 
 struct Rule {
+    scope: Scope,
+    /// `tools` is `*`: the rule covers the whole backend (resources and prompts too).
+    whole: bool,
+    deny: bool,
+}
+
+/// Whom a rule is for and what it covers, compiled: principals or groups, backends, and the
+/// backends' own tool names, each as globs.
+pub(crate) struct Scope {
     principals: GlobSet,
     groups: GlobSet,
     backends: GlobSet,
     tools: GlobSet,
-    /// `tools` is `*`: the rule covers the whole backend (resources and prompts too).
-    whole: bool,
-    deny: bool,
+}
+
+impl Scope {
+    pub(crate) fn new(principals: &[String], groups: &[String], backends: &[String], tools: &[String]) -> Self {
+        Self { principals: set(principals), groups: set(groups), backends: set(backends), tools: set(tools) }
+    }
+
+    /// Whether the rule is for `caller` on `backend` (whatever the tool).
+    fn applies(&self, caller: &Caller, backend: &str) -> bool {
+        self.backends.is_match(backend)
+            && (self.principals.is_match(&caller.principal) || caller.groups.iter().any(|g| self.groups.is_match(g)))
+    }
+
+    /// Whether the rule covers `caller`'s use of `tool` on `backend`.
+    pub(crate) fn covers(&self, caller: &Caller, backend: &str, tool: &str) -> bool {
+        self.applies(caller, backend) && self.tools.is_match(tool)
+    }
 }
 
 impl Rules {
@@ -30,10 +53,7 @@ impl Rules {
         let rules = rules
             .iter()
             .map(|r| Rule {
-                principals: set(&r.principals),
-                groups: set(&r.groups),
-                backends: set(&r.backends),
-                tools: set(&r.tools),
+                scope: Scope::new(&r.principals, &r.groups, &r.backends, &r.tools),
                 whole: r.tools.iter().any(|t| t == "*"),
                 deny: r.deny,
             })
@@ -43,10 +63,7 @@ impl Rules {
 
     /// The rules that apply to `caller` on `backend`.
     fn applying<'a>(&'a self, caller: &'a Caller, backend: &'a str) -> impl Iterator<Item = &'a Rule> + 'a {
-        self.rules.iter().filter(move |r| {
-            r.backends.is_match(backend)
-                && (r.principals.is_match(&caller.principal) || caller.groups.iter().any(|g| r.groups.is_match(g)))
-        })
+        self.rules.iter().filter(move |r| r.scope.applies(caller, backend))
     }
 }
 
@@ -76,7 +93,7 @@ impl Policy for Rules {
             return true;
         }
         let mut allowed = false;
-        for r in self.applying(caller, backend).filter(|r| r.tools.is_match(tool)) {
+        for r in self.applying(caller, backend).filter(|r| r.scope.tools.is_match(tool)) {
             if r.deny {
                 return false;
             }

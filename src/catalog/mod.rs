@@ -34,6 +34,8 @@ pub struct CatalogTool {
     pub text: String,
     /// sha256 of the exposed tool's JSON: two tools with one digest look the same to a client.
     pub digest: [u8; 32],
+    /// Why its description looks aimed at the model ([`crate::fence`]); served with a warning.
+    pub flags: Vec<crate::fence::Flag>,
 }
 
 impl CatalogTool {
@@ -105,16 +107,26 @@ impl Catalog {
                 }
                 let mut exposed_tool = tool.clone();
                 exposed_tool.name = exposed.clone().into();
-                if let Some(d) = ov.and_then(|o| o.description.clone()) {
+                let overridden = ov.and_then(|o| o.description.clone());
+                // An operator's own description is trusted; the backend's is checked.
+                let flags = if overridden.is_none() { fenced(&mut exposed_tool) } else { Vec::new() };
+                if let Some(d) = overridden {
                     exposed_tool.description = Some(d.into());
                 }
                 owner.insert(exposed.clone(), (tools.len(), backend.clone()));
-                tools.push(CatalogTool::new(
+                let mut t = CatalogTool::new(
                     ToolKey { backend: backend.clone(), tool: Arc::from(original.as_str()) },
                     exposed_tool,
                     listing.server,
-                ));
+                );
+                t.flags = flags;
+                tools.push(t);
             }
+        }
+        other_backends_named(&mut tools);
+        for t in &mut tools {
+            let flags = std::mem::take(&mut t.flags);
+            t.flag(flags);
         }
         (Catalog::from_tools(tools), clashes)
     }
@@ -152,8 +164,73 @@ impl CatalogTool {
         let tokens = json.len() as u64 / 4;
         let digest = sha2::Sha256::digest(&json).into();
         let text = text::search_text(&tool, server);
-        Self { key, tool, tokens, text, digest }
+        Self { key, tool, tokens, text, digest, flags: Vec::new() }
     }
+
+    /// Marks the tool flagged: its served description starts with the warning (search text,
+    /// built from the description as the backend wrote it, is left as it was).
+    pub fn flag(&mut self, flags: Vec<crate::fence::Flag>) {
+        use sha2::Digest;
+        if flags.is_empty() {
+            return;
+        }
+        let description = self.tool.description.as_deref().unwrap_or_default();
+        self.tool.description = Some(format!("{} {description}", crate::fence::warning(&flags)).into());
+        let json = serde_json::to_vec(&self.tool).unwrap_or_default();
+        (self.tokens, self.digest) = (json.len() as u64 / 4, sha2::Sha256::digest(&json).into());
+        self.flags = flags;
+    }
+}
+
+/// Flags a description that names another backend's tool by its exposed name (a tool telling
+/// the model how to use, or not use, another server's tools: "shadowing"). Names shorter than
+/// [`MIN_NAMED`] or without an underscore are too common to tell.
+fn other_backends_named(tools: &mut [CatalogTool]) {
+    const MIN_NAMED: usize = 8;
+    let names: Vec<(String, Arc<str>)> = tools
+        .iter()
+        .filter(|t| t.tool.name.len() >= MIN_NAMED && t.tool.name.contains('_'))
+        .map(|t| (t.tool.name.to_string(), t.key.backend.clone()))
+        .collect();
+    if names.is_empty() {
+        return;
+    }
+    for t in tools.iter_mut() {
+        let Some(d) = t.tool.description.as_deref() else { continue };
+        if let Some((name, _)) = names.iter().find(|(name, b)| *b != t.key.backend && d.contains(name.as_str())) {
+            t.flags.push(crate::fence::Flag { reason: "other-backend", matched: format!("names {name}") });
+        }
+    }
+}
+
+/// Strips what no reader sees from a tool's description and its parameters' descriptions, and
+/// returns the flags of what it says (see [`crate::fence`]).
+fn fenced(tool: &mut Tool) -> Vec<crate::fence::Flag> {
+    let mut flags = Vec::new();
+    if let Some(d) = tool.description.as_deref() {
+        let (clean, found) = crate::fence::check(d);
+        flags.extend(found);
+        tool.description = Some(clean.into());
+    }
+    let mut schema = (*tool.input_schema).clone();
+    let mut changed = false;
+    if let Some(Value::Object(props)) = schema.get_mut("properties") {
+        for (name, p) in props.iter_mut() {
+            if let Some(Value::String(d)) = p.get_mut("description") {
+                let (clean, found) = crate::fence::check(d);
+                flags.extend(found.into_iter().map(|mut f| {
+                    f.matched = format!("parameter {name}: {}", f.matched);
+                    f
+                }));
+                changed |= clean != *d;
+                *d = clean;
+            }
+        }
+    }
+    if changed {
+        tool.input_schema = Arc::new(schema);
+    }
+    flags
 }
 
 /// The reference gateway's token estimate: bytes of the tool's JSON / 4.

@@ -209,6 +209,8 @@ pub struct Backend {
     /// What one of its results may hold (`[results] max_tokens`, `max_bytes` by default).
     pub max_result_tokens: Option<i64>,
     pub max_result_bytes: Option<i64>,
+    /// Its result texts wrapped in an envelope that says they are data, not instructions.
+    pub untrusted: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -59,6 +59,8 @@ pub struct ResultsConfig {
     pub tools: BTreeMap<(String, String), ResultLimit>,
     /// `[[policy]]` rules that set a limit, in file order: the first that covers a call decides.
     pub rules: Vec<ResultRule>,
+    /// Backends with `untrusted = true`: their result texts are wrapped in an envelope.
+    pub untrusted: std::collections::BTreeSet<String>,
 }
 
 impl Default for ResultsConfig {
@@ -72,6 +74,7 @@ impl Default for ResultsConfig {
             backends: BTreeMap::new(),
             tools: BTreeMap::new(),
             rules: Vec::new(),
+            untrusted: Default::default(),
         }
     }
 }
@@ -81,6 +84,8 @@ impl Default for ResultsConfig {
 pub(super) struct WrittenLimits {
     /// `[[backends]]`: (name, limits), by index.
     backends: Vec<(String, Option<i64>, Option<i64>)>,
+    /// `[[backends]]` with `untrusted = true`.
+    untrusted: Vec<String>,
     /// `[[aggregation.tools]]`' overrides that set one.
     tools: Vec<ToolLimits>,
     /// `[[policy]]`, by rule index.
@@ -104,7 +109,12 @@ impl WrittenLimits {
             .iter_mut()
             .map(|b| (b.name.clone(), b.max_result_tokens.take(), b.max_result_bytes.take()))
             .collect();
-        let mut out = WrittenLimits { backends, ..Default::default() };
+        let untrusted = raw
+            .backends
+            .iter_mut()
+            .filter_map(|b| (b.untrusted.take() == Some(true)).then(|| b.name.clone()))
+            .collect();
+        let mut out = WrittenLimits { backends, untrusted, ..Default::default() };
         if let Some(a) = &mut raw.aggregation {
             for (i, t) in a.tools.iter_mut().enumerate() {
                 for (tool, o) in t.overrides.iter_mut().flatten() {
@@ -178,6 +188,7 @@ impl Validator<'_> {
                 format!("{} is more than results.keep_bytes ({})", out.keep_bytes_per_principal, out.keep_bytes),
             );
         }
+        out.untrusted = written.untrusted.into_iter().collect();
         for (i, (name, tokens, bytes)) in written.backends.into_iter().enumerate() {
             let limit = self.limit(&format!("backends[{i}].max_result_"), tokens, bytes);
             if limit.is_set() {

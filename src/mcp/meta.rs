@@ -255,7 +255,15 @@ const COMPACT_DESCRIPTION_CHARS: usize = 200;
 /// reduced to its type (so the model knows it exists; `describe` gives the rest). Everything
 /// else (title, output schema, annotations, icons, `_meta`) is left out.
 pub fn compact(tool: &Tool) -> Tool {
-    let description = tool.description.as_deref().map(first_sentence).unwrap_or_default();
+    // A flagged tool's warning (see `crate::fence`) is kept whole in front of the sentence.
+    let description = match tool.description.as_deref() {
+        Some(d) if d.starts_with("[toolmux:") && d.contains("] ") => {
+            let (warning, rest) = d.split_once("] ").expect("checked");
+            format!("{warning}] {}", first_sentence(rest))
+        }
+        Some(d) => first_sentence(d),
+        None => String::new(),
+    };
     let schema = &tool.input_schema;
     let required: Vec<&str> =
         schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();

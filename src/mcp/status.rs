@@ -67,6 +67,16 @@ pub struct CatalogStatus {
     pub tools: usize,
     /// `hybrid` (semantic and keyword) or `keyword` (no vectors in this generation).
     pub search: &'static str,
+    /// Tools whose descriptions were flagged as aimed at the model (`crate::fence`): served
+    /// with a warning.
+    pub flagged: Vec<FlaggedTool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FlaggedTool {
+    pub backend: String,
+    pub tool: String,
+    pub flags: Vec<crate::fence::Flag>,
 }
 
 #[derive(Debug, Serialize)]
@@ -126,6 +136,9 @@ impl Gateway {
             for b in backends {
                 b["last_error"] = serde_json::Value::Null;
             }
+        }
+        if let Some(flagged) = v["catalog"]["flagged"].as_array_mut() {
+            flagged.retain(|f| f["backend"].as_str().is_some_and(&shown));
         }
         let integrity = &mut v["integrity"];
         let (held, recent, firsts) =
@@ -209,6 +222,13 @@ impl Gateway {
                 generation: generation.id,
                 tools: generation.catalog.len(),
                 search: if generation.dense.is_some() { "hybrid" } else { "keyword" },
+                flagged: (generation.catalog.tools().iter().filter(|t| !t.flags.is_empty()))
+                    .map(|t| FlaggedTool {
+                        backend: t.key.backend.to_string(),
+                        tool: t.key.tool.to_string(),
+                        flags: t.flags.clone(),
+                    })
+                    .collect(),
             },
             backends,
             sessions: SessionStatus {

@@ -221,7 +221,8 @@ async fn the_console_in_a_real_browser() {
     assert!(b.find(Locator::Css("[data-held=\"kit/echo\"]")).await.is_err(), "no longer held");
     let catalog = app.gateway.store.current();
     let echo = catalog.catalog.tools().iter().find(|t| t.name() == "kit_echo").unwrap();
-    assert_eq!(echo.tool.description.as_deref(), Some(EVIL), "the gateway serves what was accepted");
+    let served = echo.tool.description.as_deref().unwrap_or_default();
+    assert!(served.ends_with(EVIL), "the gateway serves what was accepted (behind its warning): {served}");
 
     // A backend stops: the overview shows it down within the health interval.
     view(&b, "overview").await;

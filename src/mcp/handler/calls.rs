@@ -78,6 +78,7 @@ impl GatewayHandler {
             let bound = self.gw.results.bound(&snap.caller, backend, tool);
             let schema = || snap.tool(name).and_then(|t| t.tool.output_schema.as_ref()).map(|s| (**s).clone().into());
             let cut = self.gw.results.apply(&snap.caller.principal, bound, schema, r).await;
+            self.gw.results.fence(backend, r);
             if cut > 0 {
                 note.detail.get_or_insert_with(|| format!("result cut to its limit ({cut} parts kept whole)"));
             }

@@ -234,7 +234,8 @@ async fn finish_result(
     match parsed {
         Ok(mut r) => {
             let scrubbed = gw.scrubbing.result(backend, &mut r);
-            let changed = scrubbed + gw.results.apply(principal, bound, || None, &mut r).await;
+            let cut = gw.results.apply(principal, bound, || None, &mut r).await;
+            let changed = scrubbed + cut + usize::from(gw.results.fence(backend, &mut r));
             if changed > 0
                 && let Ok(serde_json::Value::Object(done)) = serde_json::to_value(&r)
             {
