@@ -93,12 +93,23 @@ pub trait Item: Serialize + DeserializeOwned + Clone {
     const PART: Part;
     /// Its name, URI or URI template.
     fn key(&self) -> &str;
+    /// Why what it says looks aimed at the model ([`crate::fence`]), if it does.
+    fn flags(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
 }
 
 impl Item for Tool {
     const PART: Part = Part::Tool;
     fn key(&self) -> &str {
         &self.name
+    }
+    fn flags(&self) -> Vec<&'static str> {
+        let mut texts: Vec<&str> = self.description.as_deref().into_iter().collect();
+        if let Some(serde_json::Value::Object(props)) = self.input_schema.get("properties") {
+            texts.extend(props.values().filter_map(|p| p.get("description")?.as_str()));
+        }
+        texts.iter().flat_map(|t| crate::fence::check(t).1).map(|f| f.reason).collect()
     }
 }
 
@@ -202,6 +213,10 @@ pub struct Event {
     /// the same description), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub looks_like: Option<String>,
+    /// Why its text looks aimed at the model ([`crate::fence`]): frozen, such a tool of a first
+    /// listing is held even when first listings are trusted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<&'static str>,
     pub at_ms: u64,
 }
 
@@ -299,22 +314,26 @@ impl Ledger {
         for item in items {
             let name = T::PART.entry(item.key());
             let seen = Version::of(item, how.now_ms);
-            let event = |kind, held, looks_like| Event {
+            let event = |kind, held, looks_like, flags| Event {
                 backend: backend.to_string(),
                 tool: name.clone(),
                 kind,
                 held,
                 looks_like,
+                flags,
                 at_ms: how.now_ms,
             };
             let looks_like = || (T::PART == Part::Tool).then(|| self.look_alike(backend, item.key(), &seen)).flatten();
             if how.first {
                 out.dirty = true;
                 let looks_like = looks_like();
-                if how.hold_first || looks_like.is_some() {
-                    out.events.push(event(Kind::First, how.hold_first, looks_like));
+                // Frozen, a first listing's flagged tool is not trusted with the rest.
+                let flags = if how.rules.frozen { item.flags() } else { Vec::new() };
+                let hold = how.hold_first || !flags.is_empty();
+                if hold || looks_like.is_some() {
+                    out.events.push(event(Kind::First, hold, looks_like, flags));
                 }
-                if how.hold_first {
+                if hold {
                     known.held.insert(name, seen);
                 } else {
                     known.accepted.insert(name, seen);
@@ -332,7 +351,7 @@ impl Ledger {
             let kind = if accepted.is_some() { Kind::Changed } else { Kind::Added };
             let already_held = known.held.get(&name).is_some_and(|h| h.digest == seen.digest);
             if !already_held {
-                out.events.push(event(kind, how.rules.frozen, looks_like()));
+                out.events.push(event(kind, how.rules.frozen, looks_like(), item.flags()));
             }
             if how.rules.frozen {
                 if let Some(a) = accepted.and_then(|a| serde_json::from_value::<T>(a.item.clone()).ok()) {
@@ -391,6 +410,12 @@ impl Ledger {
             kind: Kind::Changed,
             held: rules.frozen,
             looks_like: None,
+            flags: [instructions, description]
+                .into_iter()
+                .flatten()
+                .flat_map(|t| crate::fence::check(t).1)
+                .map(|f| f.reason)
+                .collect(),
             at_ms: now_ms,
         });
         if rules.frozen {
