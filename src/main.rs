@@ -460,9 +460,10 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let mut held = toolmux::store::integrity::held_in_file(&ledger_path(&config)?)?;
             // With replicas, what any of them holds.
             if let Some(shared) = shared_ledger(&config).await? {
-                for (b, t, digest, _) in shared.held() {
-                    let entry = (b.to_string(), t.to_string(), digest.to_string());
-                    if !held.contains(&entry) {
+                for entry in toolmux::store::integrity::Held::all(&shared) {
+                    let key =
+                        |h: &toolmux::store::integrity::Held| (h.backend.clone(), h.tool.clone(), h.digest.clone());
+                    if !held.iter().any(|h| key(h) == key(&entry)) {
                         held.push(entry);
                     }
                 }
@@ -470,8 +471,11 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             if held.is_empty() {
                 println!("no tool versions held back");
             }
-            for (backend, tool, digest) in held {
-                println!("{backend}\t{tool}\tsha256:{digest}");
+            for h in held {
+                println!("{}\t{}\tsha256:{}", h.backend, h.tool, h.digest);
+                for f in h.flags {
+                    println!("\tflagged {}: \u{201c}{}\u{201d}", f.reason, f.matched);
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

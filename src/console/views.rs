@@ -271,8 +271,9 @@ fn clip(text: &str) -> String {
 }
 
 /// The tools view: the catalog by backend (an admin's is the whole catalog; anyone else's is
-/// their scope), each tool with a preview of the text it is searched by and its ledger state;
-/// and, for admins, what the tool ledger holds back with a diff against what is served.
+/// their scope), each tool with a preview of the text it is searched by, its ledger state and
+/// what it was flagged for ([`crate::fence`]); and, for admins, what the tool ledger holds back
+/// with a diff against what is served and its flags.
 pub fn tools(gw: &Gateway, caller: &Caller) -> Value {
     let admin = gw.is_admin(caller);
     let snap = gw.scope_for(caller);
@@ -305,6 +306,7 @@ pub fn tools(gw: &Gateway, caller: &Caller) -> Value {
             "tokens": t.tokens,
             "in_scope": snap.allow.contains(slot),
             "state": state,
+            "flags": t.flags,
         }));
     }
     let backends: Vec<Value> = by_backend
@@ -340,6 +342,7 @@ pub fn tools(gw: &Gateway, caller: &Caller) -> Value {
                     "kind": kind,
                     "digest": h.digest,
                     "seen_ms": h.seen_ms,
+                    "flags": h.flags,
                     "diff": diff(accepted.as_ref(), held.as_ref()),
                 })
             })

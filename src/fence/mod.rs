@@ -136,6 +136,56 @@ pub fn check(text: &str) -> (String, Vec<Flag>) {
     (stripped, flags)
 }
 
+/// Fences one text served to the model as it is (a prompt's or resource's description, a
+/// server's instructions): invisible characters stripped and, when flagged, the warning put
+/// in front. Returns the flags.
+pub fn fence_text(text: &mut String) -> Vec<Flag> {
+    let (clean, flags) = check(text);
+    *text = if flags.is_empty() { clean } else { format!("{} {clean}", warning(&flags)) };
+    flags
+}
+
+/// Keys whose string values a listed item shows the model.
+const READ_BY_THE_MODEL: [&str; 3] = ["description", "title", "instructions"];
+
+/// Every flag in a listed item as JSON (a tool, prompt, resource or server text, as the
+/// ledger keeps it): its descriptions, titles and instructions however deep, each nested
+/// flag's `matched` led by the path to it (`inputSchema.properties.path: …`, `arguments.topic: …`,
+/// an array entry named by its `name`).
+pub fn flags_in(item: &serde_json::Value) -> Vec<Flag> {
+    use serde_json::Value;
+    fn walk(v: &Value, at: &str, out: &mut Vec<Flag>) {
+        let join = |key: &str| if at.is_empty() { key.to_string() } else { format!("{at}.{key}") };
+        match v {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    match v {
+                        Value::String(s) if READ_BY_THE_MODEL.contains(&k.as_str()) => {
+                            out.extend(check(s).1.into_iter().map(|mut f| {
+                                if !at.is_empty() {
+                                    f.matched = format!("{at}: {}", f.matched);
+                                }
+                                f
+                            }));
+                        }
+                        v => walk(v, &join(k), out),
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    let name = v.get("name").and_then(Value::as_str).map_or_else(|| i.to_string(), str::to_string);
+                    walk(v, &join(&name), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(item, "", &mut out);
+    out
+}
+
 /// The warning put before a flagged tool's description.
 pub fn warning(flags: &[Flag]) -> String {
     let reasons: Vec<String> = flags.iter().map(|f| format!("{} (\u{201c}{}\u{201d})", f.reason, f.matched)).collect();

@@ -203,6 +203,11 @@ async fn the_console_in_a_real_browser() {
     let diff = held.find(Locator::Css("pre.diff")).await.unwrap().text().await.unwrap();
     assert!(diff.lines().any(|l| l.starts_with('+') && l.contains(EVIL)), "the new text as added: {diff}");
     assert!(diff.lines().any(|l| l.starts_with('-') && l.contains("\"description\"")), "the old text as gone: {diff}");
+    // What the held text says to the model is shown with the words that matched.
+    let flags = held.find(Locator::Css("ul.flags")).await.unwrap();
+    assert_eq!(flags.attr("data-flags").await.unwrap().as_deref(), Some("override"));
+    let words = flags.text().await.unwrap();
+    assert!(words.contains("Ignore previous instructions"), "{words}");
     b.find(Locator::Css("details.backend[data-backend=kit] summary")).await.unwrap().click().await.unwrap();
     screenshot(&b, "tools").await;
     b.find(Locator::Css("button[data-accept=\"kit/echo\"]")).await.unwrap().click().await.unwrap();
@@ -218,6 +223,8 @@ async fn the_console_in_a_real_browser() {
     .await;
     drop(served);
     assert!(accepted, "after Accept, the page shows the new definition served");
+    let row_flags = b.find(Locator::Css("tr[data-tool=kit_echo] ul.flags")).await.unwrap();
+    assert_eq!(row_flags.attr("data-flags").await.unwrap().as_deref(), Some("override"), "served, flagged");
     assert!(b.find(Locator::Css("[data-held=\"kit/echo\"]")).await.is_err(), "no longer held");
     let catalog = app.gateway.store.current();
     let echo = catalog.catalog.tools().iter().find(|t| t.name() == "kit_echo").unwrap();

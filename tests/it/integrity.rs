@@ -200,6 +200,11 @@ async fn resource_description(c: &Client) -> Option<String> {
     resources.into_iter().find(|r| r.uri.ends_with("/about")).and_then(|r| r.description.clone())
 }
 
+/// `EVIL` as served: behind the warning that names why it was flagged.
+fn fenced(description: String) -> bool {
+    description.starts_with("[toolmux: flagged") && description.contains("override") && description.ends_with(EVIL)
+}
+
 /// What the model reads of prompts and resources goes through the ledger as tools do: frozen,
 /// a changed description is held and the accepted one served until `toolmux tools accept
 /// --tool "(prompt) summarize"` and a reload; unfrozen, it is served and shown.
@@ -233,8 +238,8 @@ async fn frozen_prompts_and_resources_are_served_as_first_seen_until_accepted() 
     assert!(accepted.contains("accepted kit/(prompt) summarize"), "{accepted}");
     app.reload(Config::load(&config_path).unwrap()).await;
     let served =
-        eventually(Duration::from_secs(30), || async { prompt_description(&c).await.as_deref() == Some(EVIL) }).await;
-    assert!(served, "accepted: the new prompt description is served");
+        eventually(Duration::from_secs(30), || async { prompt_description(&c).await.is_some_and(fenced) }).await;
+    assert!(served, "accepted: the new prompt description is served, behind its warning");
     assert_eq!(resource_description(&c).await.unwrap(), resource, "the resource not accepted stays as it was");
     c.cancel().await.unwrap();
     app.shutdown().await;
@@ -243,8 +248,8 @@ async fn frozen_prompts_and_resources_are_served_as_first_seen_until_accepted() 
     let (_kit, app, c) = unfrozen_kit().await;
     call(&c, "kit_set_description", json!({"kind": "prompt", "tool": "summarize", "description": EVIL})).await;
     let served =
-        eventually(Duration::from_secs(30), || async { prompt_description(&c).await.as_deref() == Some(EVIL) }).await;
-    assert!(served, "unfrozen, the new description is served");
+        eventually(Duration::from_secs(30), || async { prompt_description(&c).await.is_some_and(fenced) }).await;
+    assert!(served, "unfrozen, the new description is served, behind its warning: {:?}", prompt_description(&c).await);
     let shown = eventually(Duration::from_secs(30), || async {
         status(&app)["integrity"]["recent"]
             .as_array()
@@ -309,7 +314,15 @@ async fn frozen_a_flagged_tool_of_a_first_listing_is_held_until_accepted() {
     assert_eq!(description_of(&c, "calc_sub").await.as_deref(), Some("Subtract two numbers."));
     assert_eq!(description_of(&c, "calc_add").await, None, "held");
     let held = &status(&app)["integrity"]["held"];
-    assert!(held.to_string().contains("add"), "{held}");
+    assert_eq!(held[0]["tool"], "add", "{held}");
+    let reasons: Vec<&str> = held[0]["flags"].as_array().unwrap().iter().filter_map(|f| f["reason"].as_str()).collect();
+    assert_eq!(reasons, ["secrecy", "secret-files", "markup"], "{held}");
+    // `toolmux tools held` says why, with the words.
+    let config = dir.path().join("toolmux.toml");
+    std::fs::write(&config, &frozen).unwrap();
+    let listed = tools(&["held", "--config", config.to_str().unwrap()]);
+    assert!(listed.starts_with("calc\tadd\tsha256:"), "{listed}");
+    assert!(listed.contains("\tflagged secret-files: \u{201c}Read ~/.ssh\u{201d}"), "{listed}");
     c.cancel().await.unwrap();
     app.shutdown().await;
 

@@ -95,7 +95,8 @@ pub trait Item: Serialize + DeserializeOwned + Clone {
     fn key(&self) -> &str;
     /// Why what it says looks aimed at the model ([`crate::fence`]), if it does.
     fn flags(&self) -> Vec<&'static str> {
-        Vec::new()
+        let json = serde_json::to_value(self).unwrap_or_default();
+        crate::fence::flags_in(&json).into_iter().map(|f| f.reason).collect()
     }
 }
 
@@ -103,13 +104,6 @@ impl Item for Tool {
     const PART: Part = Part::Tool;
     fn key(&self) -> &str {
         &self.name
-    }
-    fn flags(&self) -> Vec<&'static str> {
-        let mut texts: Vec<&str> = self.description.as_deref().into_iter().collect();
-        if let Some(serde_json::Value::Object(props)) = self.input_schema.get("properties") {
-            texts.extend(props.values().filter_map(|p| p.get("description")?.as_str()));
-        }
-        texts.iter().flat_map(|t| crate::fence::check(t).1).map(|f| f.reason).collect()
     }
 }
 
@@ -476,6 +470,20 @@ impl Ledger {
             let server = k.held_server.iter().map(move |v| (b.as_str(), SERVER_TEXT, v.digest.as_str(), v.seen_ms));
             tools.chain(server)
         })
+    }
+
+    /// What a held version says to the model ([`crate::fence::flags_in`]); none when nothing
+    /// of that name is held.
+    pub fn held_flags(&self, backend: &str, tool: &str) -> Vec<crate::fence::Flag> {
+        let Some(known) = self.backends.get(backend) else { return Vec::new() };
+        if tool == SERVER_TEXT {
+            let text = known
+                .held_server
+                .as_ref()
+                .map(|t| serde_json::json!({"instructions": t.instructions, "description": t.description}));
+            return text.map(|t| crate::fence::flags_in(&t)).unwrap_or_default();
+        }
+        known.held.get(tool).map(|v| crate::fence::flags_in(&v.item)).unwrap_or_default()
     }
 }
 

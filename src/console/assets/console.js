@@ -181,6 +181,13 @@ function setupPane(pane) {
 
 // Tools.
 
+// What a definition was flagged for (text aimed at the model), with the words that matched.
+function flagList(flags) {
+  if (!flags || !flags.length) return '';
+  return el('ul', { class: 'flags', 'data-flags': flags.map(f => f.reason).join(' ') },
+    flags.map(f => el('li', {}, badge('flagged'), ' ' + f.reason + ': \u201c' + f.matched + '\u201d')));
+}
+
 async function tools() {
   const data = await api('tools');
   const held = document.getElementById('held');
@@ -192,6 +199,7 @@ async function tools() {
     held.replaceChildren(...data.held.map(h => el('div', { class: 'held-item', 'data-held': h.backend + '/' + h.tool },
       el('div', {}, badge(h.kind, 'held'), ' ', el('b', {}, h.backend + ' / ' + h.tool), ' seen ', new Date(h.seen_ms).toLocaleString(), ' ',
         el('button', { type: 'button', class: 'accept', 'data-accept': h.backend + '/' + h.tool, onclick: () => accept(h.backend, h.tool) }, 'Accept')),
+      flagList(h.flags),
       el('pre', { class: 'diff' }, h.diff.map(([op, line]) =>
         el('span', { class: op === '+' ? 'add' : op === '-' ? 'del' : '' }, op + ' ' + line))))));
   }
@@ -201,7 +209,7 @@ async function tools() {
     el('summary', {}, b.name + ' · ' + b.tools.length + ' tools · ', badge(b.health)),
     b.tools.length ? el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'Tool'), el('th', {}, 'State'), el('th', {}, 'Tokens'), el('th', {}, 'Searched by'))),
       el('tbody', {}, b.tools.map(t => el('tr', { 'data-tool': t.name },
-        el('td', {}, el('b', {}, t.name), el('div', { class: 'search-text' }, t.description)),
+        el('td', {}, el('b', {}, t.name), el('div', { class: 'search-text' }, t.description), flagList(t.flags)),
         el('td', {}, badge(t.state), t.in_scope ? '' : ' (not served now)'), el('td', {}, t.tokens),
         el('td', { class: 'search-text' }, t.search_text)))))
       : el('p', { class: 'empty' }, 'no tools listed'))));

@@ -45,13 +45,11 @@ impl GatewayHandler {
         })
     }
 
-    /// `backend`'s prompts, resources and templates as served: as listed, or with tools frozen
-    /// (`[health] freeze_tools`) as the tool ledger lets them through.
+    /// `backend`'s prompts, resources and templates as served: as the tool ledger lets them
+    /// through (with tools frozen, `[health] freeze_tools`, a change waits to be accepted), and
+    /// fenced ([`crate::fence`]).
     fn parts(&self, backend: &Backend) -> Arc<Parts> {
-        match self.gw.integrity.is_frozen() {
-            true => self.gw.integrity.parts(backend.name()),
-            false => backend.listing().parts.clone(),
-        }
+        self.gw.integrity.parts(backend.name())
     }
 
     /// The items of every backend `caller` may use, in backend order; on a duplicate `key` the
