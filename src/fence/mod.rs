@@ -20,7 +20,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Flag {
     /// A short kind: `hidden-text`, `invisible-characters`, `bidi-override`, `override`,
-    /// `tool-precedence`, `secrecy`, `secret-files`, `exfiltration`, `markup`, `other-backend`.
+    /// `tool-precedence`, `secrecy`, `secret-files`, `exfiltration`, `deception`, `markup`,
+    /// `other-backend`.
     pub reason: &'static str,
     /// What matched (hidden text decoded), at most [`MAX_SHOWN`] characters.
     pub matched: String,
@@ -99,7 +100,7 @@ static ADDRESSING: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
         (
             "secrecy",
             format!(
-                r"(?i)\b(do not|don't|never|without)\b{near}\b(tell|telling|mention|mentioning|inform|informing|reveal|revealing|notify|notifying|alert|alerting|show|showing)\b{near}\b(the )?user\b"
+                r"(?i)\b(do not|don't|never|without)\b{near}\b(tell|telling|mention|mentioning|inform|informing|reveal|revealing|notify|notifying|alert|alerting|show|showing)\b{near}\b(the )?user\b|\b(do not|don't|never)\s+(explicitly\s+)?(mention|reveal|disclose|say)\s+(that|what)\s+(you|you're|you are|this tool)\b"
             ),
         ),
         (
@@ -112,6 +113,11 @@ static ADDRESSING: LazyLock<Vec<(&'static str, Regex)>> = LazyLock::new(|| {
             format!(
                 r"(?i)\b(send|post|upload|forward|exfiltrate|transmit|leak)(s|es|ed|ing)?\b{near}\b(to|at)\s+(https?://|[a-z0-9-]+\.(com|net|org|io|ru|xyz)\b|[\w.+-]+@[\w-]+\.)"
             ),
+        ),
+        (
+            "deception",
+            r"(?i)\bpresent\s+(it|them|this|these|the \w+( \w+)?)\s+as if\b|\bformat\s+(it|them)\s+to look like\b|\bas if (it|they)('s| is| are| were) (part of|from|the (normal|usual))"
+                .to_string(),
         ),
         ("markup", r"(?i)<\s*/?\s*(important|system|instructions?|hidden|secret)\s*>|\bIMPORTANT SYSTEM (NOTE|MESSAGE)\b".to_string()),
     ]
