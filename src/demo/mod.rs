@@ -54,7 +54,7 @@ fn testkit() -> DemoBackend {
         recall | Recall the value remembered in this MCP session. | \n\
         whoami | Return the X-User and Authorization headers of the HTTP request that made this call, and its traceparent if any. | \n\
         progress | Report progress several times, then answer. | steps*:integer: How many progress notifications; label: Put in each progress message\n\
-        log | Send a log message at a level, if the session's logging/setLevel lets it through. | level*: debug, info, warning or error; message*: The text\n\
+        log | Send a log message at a level, if the session's logging/setLevel lets it through. | level*: debug, info, warning or error; message*: The text; after_ms:integer: Send it this long after answering, outside the call (on the session's standalone stream)\n\
         job | Work for a number of milliseconds and answer; run as a task (SEP-2663) when the client supports tasks, until done or cancelled. | ms*:integer: How long the work takes; label: Put in the answer\n\
         big | Return a large result: numbered lines of text, a JSON array of numbers as text, or an image. | kind*: text, json or image; bytes*:integer: About how many bytes\n\
         rows | Return rows as structured content that its output schema describes. | count*:integer: How many rows\n\

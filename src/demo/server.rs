@@ -329,9 +329,19 @@ impl ServerHandler for DemoServer {
                     .map_err(|e| ErrorData::invalid_params(format!("level: {e}"), None))?;
                 let message = arg("message").as_str().unwrap_or_default().to_string();
                 let sent = self.session.level.allows(level);
-                if sent {
-                    let params = rmcp::model::LoggingMessageNotificationParam::new(level, Value::String(message));
-                    let _ = context.peer.notify_logging_message(params).await;
+                let params = rmcp::model::LoggingMessageNotificationParam::new(level, Value::String(message));
+                match arg("after_ms").as_u64() {
+                    // From a task of its own, after the answer: rmcp sends it on the standalone stream.
+                    Some(ms) if sent => {
+                        let peer = context.peer.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                            let _ = peer.notify_logging_message(params).await;
+                        });
+                        return Ok(text("scheduled").into());
+                    }
+                    _ if sent => _ = context.peer.notify_logging_message(params).await,
+                    _ => {}
                 }
                 text(if sent { "sent" } else { "below the session's level" })
             }

@@ -121,7 +121,7 @@ pub struct Gateway {
     pub hooks: crate::hooks::Hooks,
     /// `[results] scrub`: secrets out of what backends answer (put in force by the app and
     /// reloads; on with the built-in rules until then).
-    pub scrubbing: crate::scrub::Scrubbing,
+    pub scrubbing: Arc<crate::scrub::Scrubbing>,
     /// `[results]`' bounds and the results kept past them (put in force by the app and
     /// reloads; the defaults until then).
     pub results: crate::results::Results,
@@ -170,7 +170,7 @@ impl Gateway {
         let (epoch, _) = watch::channel(0);
         let metrics = crate::metrics::Metrics::new();
         let limiter = crate::limits::Limiter::new(&[], metrics.limits.clone());
-        let scrubbing = crate::scrub::Scrubbing::new(&Default::default(), metrics.redactions.clone());
+        let scrubbing = Arc::new(crate::scrub::Scrubbing::new(&Default::default(), metrics.redactions.clone()));
         Arc::new(Self {
             mode: p.mode,
             max_tools: p.max_tools,
@@ -411,7 +411,12 @@ impl Gateway {
         let notices = self.notices.subscribe();
         let handle = SessionHandle::new(caller.clone(), self.scope_for(&caller), self.limits.max_calls_per_session);
         if let Some(peer) = peer {
-            let relay = SessionRelay { hub: self.relay.clone(), peer: peer.clone(), level: handle.level.clone() };
+            let relay = SessionRelay {
+                hub: self.relay.clone(),
+                peer: peer.clone(),
+                level: handle.level.clone(),
+                scrubbing: self.scrubbing.clone(),
+            };
             let keep = self.upstream.keep_sessions.clone();
             let upstreams = ClientUpstreams::new(Arc::new(relay), self.limits.session_idle_timeout, keep);
             upstreams.set_identity(caller.principal.clone(), caller.token.clone());

@@ -443,6 +443,8 @@ pub struct SessionRelay {
     pub hub: Arc<Hub>,
     pub peer: Peer<RoleServer>,
     pub level: Arc<LogLevel>,
+    /// What a log message sent between calls is scrubbed by, as a call's are.
+    pub scrubbing: Arc<crate::scrub::Scrubbing>,
 }
 
 impl Relay for SessionRelay {
@@ -483,9 +485,8 @@ impl Relay for SessionRelay {
             }
             Err(_) => {
                 let peer = self.peer.clone();
-                tokio::spawn(async move {
-                    let _ = peer.notify_logging_message(params).await;
-                });
+                let log = Relayed::Log(params).scrubbed(&self.scrubbing, from.backend);
+                tokio::spawn(async move { log.send(&peer).await });
             }
         }
     }

@@ -2,7 +2,7 @@
 //! no client, in passthrough and through call_tool, with a session and without one, in a
 //! resource read and a prompt; a backend with `scrub = false` is passed through as it is; each
 //! replacement is counted by backend and rule. Progress and log messages a backend sends
-//! during a call are scrubbed on their way too.
+//! during a call, and log messages it sends between calls, are scrubbed on their way too.
 
 use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
 use serde_json::json;
@@ -89,6 +89,15 @@ async fn progress_and_log_messages_are_scrubbed_on_their_way() {
     assert!(progress.iter().all(|m| m.starts_with("reading [redacted: aws-access-token] ")), "{progress:?}");
     let logs = who.logs.lock().unwrap().clone();
     assert_eq!(logs, ["connected to postgres://app:[redacted: url-password]@db.internal:5432/app"]);
+    // Sent after the call answered, tied to no call: it comes on the session's standalone
+    // stream, scrubbed all the same.
+    let later = json!({"level": "info", "message": format!("key {KEY}"), "after_ms": 50});
+    assert_eq!(text(&call(&c, "kit_log", later).await), "scheduled");
+    let arrived =
+        eventually(std::time::Duration::from_secs(10), || async { who.logs.lock().unwrap().len() == 2 }).await;
+    let logs = who.logs.lock().unwrap().clone();
+    assert!(arrived, "{logs:?}");
+    assert_eq!(logs[1], "key [redacted: aws-access-token]");
     c.cancel().await.unwrap();
     app.shutdown().await;
 }
