@@ -197,14 +197,40 @@ fn no_delay(tcp: &TcpStream) {
 
 #[cfg(test)]
 mod tests {
+    /// The server side of a connection `serve` accepted has TCP_NODELAY set: found among this
+    /// process's open descriptors (Linux's /proc) by its two addresses, and asked.
+    #[cfg(target_os = "linux")]
     #[tokio::test]
     async fn accepted_connections_do_not_wait_for_delayed_acks() {
+        use std::os::fd::FromRawFd;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        use super::*;
+
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (stream, _) = listener.accept().await.unwrap();
-        super::no_delay(&stream);
-        assert!(stream.nodelay().unwrap(), "TCP_NODELAY on the server side of the connection");
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let limits =
+            super::Limits { max_connections: 4, header_timeout: Duration::from_secs(5), counters: Default::default() };
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(super::serve(listener, router, limits, stop.clone()));
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // An answer means the loop accepted the connection and set it up.
+        client.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await.unwrap();
+        let mut answer = [0u8; 256];
+        let n = client.read(&mut answer).await.unwrap();
+        assert!(answer[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&answer[..n]));
+        let theirs = client.local_addr().unwrap();
+        let server_side = std::fs::read_dir("/proc/self/fd").unwrap().find_map(|e| {
+            let fd: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            // SAFETY: only asked for its addresses and one option, and never closed here
+            // (ManuallyDrop); an fd another test closes meanwhile only makes the asking fail.
+            let tcp = std::mem::ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(fd) });
+            (tcp.local_addr().ok()? == addr && tcp.peer_addr().ok()? == theirs).then(|| tcp.nodelay())
+        });
+        assert!(server_side.expect("the server's side of the connection is open").unwrap(), "TCP_NODELAY");
+        stop.cancel();
+        server.await.unwrap();
     }
 
     #[test]
