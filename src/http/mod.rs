@@ -459,10 +459,12 @@ async fn sweep_ended(edge: Arc<Edge>, shared: Arc<SharedSessions>, ct: Cancellat
             _ = ct.cancelled() => return,
             _ = tick.tick() => {}
         }
+        let sweep = shared.sweep_starts();
         let held = edge.sessions.ids();
         for id in shared.ended_among(&held).await {
             tracing::debug!("a session ended on another replica is ended here too");
             let _ = edge.sessions.close_session(&id.into()).await;
+            shared.sweep_ended_one(sweep);
         }
     }
 }

@@ -723,14 +723,18 @@ async fn a_session_ended_on_one_replica_ends_on_an_idle_one_within_the_bound() {
     assert_eq!(live(a.status().await), 1);
     let on_b = s.presented(&b.url, None);
     on_b.call("echo_echo", json!({"input": "on b"})).await;
-    let deleted = std::time::Instant::now();
+    let store = |st: Value| st["sessions"]["store"].clone();
+    assert_eq!(store(a.status().await)["sweep_every_ms"], 5000, "a sweep every 5 s");
     assert_eq!(on_b.delete().await, 200);
+    // The marker is set before the DELETE is answered: every sweep a starts from now on sees it.
+    let started = store(a.status().await)["sweeps"].as_u64().unwrap();
     // Only /status is asked of a: it does not touch the session.
-    let ended = eventually(Duration::from_secs(15), || async { live(a.status().await) == 0 }).await;
-    let took = deleted.elapsed();
+    let ended = eventually(Duration::from_secs(30), || async { live(a.status().await) == 0 }).await;
     assert!(ended, "the session is still held on a: {}", a.status().await);
-    // The bound is 5 s; the slack is for a loaded machine (without the sweep it is the idle timeout, 30 min).
-    assert!(took < Duration::from_secs(9), "ended on a after {took:?}, past the 5 s bound");
+    // Ended by the first sweep that started after the DELETE (one starts every 5 s), not by a
+    // later one nor by the idle timeout (30 min): the 5 s bound, read from events, not a clock.
+    let by = store(a.status().await)["last_sweep_that_ended"].as_u64().unwrap();
+    assert!(by > 0 && by <= started + 1, "ended by sweep {by}; {started} had started at the DELETE");
 }
 
 /// The caller's groups follow each request's token on every replica: a session opened with a

@@ -151,6 +151,12 @@ pub struct StoreStatus {
     /// Sessions this replica rebuilt from the store.
     pub restored: u64,
     pub errors: u64,
+    /// How often held sessions are checked for having been ended on another replica.
+    pub sweep_every_ms: u64,
+    /// Those checks started so far, and the number of the last one that ended a session here
+    /// (0: none has): a session ended elsewhere ends here in the first sweep that starts after.
+    pub sweeps: u64,
+    pub last_sweep_that_ended: u64,
 }
 
 /// The share of the state other replicas need, and this replica's copy of it.
@@ -176,6 +182,10 @@ pub struct SharedSessions {
     last_error: Mutex<Option<(String, SystemTime)>>,
     errors: AtomicU64,
     restored: AtomicU64,
+    /// Sweeps for sessions ended elsewhere started so far, and the number of the last one that
+    /// ended a session here (0: none yet).
+    sweeps: AtomicU64,
+    swept_end: AtomicU64,
     /// Woken when a write fails, so that the write-through starts trying.
     wake: tokio::sync::Notify,
 }
@@ -249,6 +259,8 @@ impl SharedSessions {
             last_error: Mutex::new(None),
             errors: AtomicU64::new(0),
             restored: AtomicU64::new(0),
+            sweeps: AtomicU64::new(0),
+            swept_end: AtomicU64::new(0),
             wake: tokio::sync::Notify::new(),
         }))
     }
@@ -562,6 +574,16 @@ impl SharedSessions {
         self.refresh_every
     }
 
+    /// A sweep for sessions ended elsewhere starts: its number.
+    pub fn sweep_starts(&self) -> u64 {
+        self.sweeps.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Sweep `n` ended a session here.
+    pub fn sweep_ended_one(&self, n: u64) {
+        self.swept_end.fetch_max(n, Ordering::Relaxed);
+    }
+
     fn ended_key(&self, id: &str) -> String {
         let key = self.key(id);
         format!("{}ended:{}", self.prefix, &key[self.prefix.len() + "session:".len()..])
@@ -683,6 +705,9 @@ impl SharedSessions {
             pending_writes: self.pending_writes(),
             restored: self.restored.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
+            sweep_every_ms: self.refresh_every.as_millis() as u64,
+            sweeps: self.sweeps.load(Ordering::Relaxed),
+            last_sweep_that_ended: self.swept_end.load(Ordering::Relaxed),
         }
     }
 
