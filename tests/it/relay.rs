@@ -172,11 +172,23 @@ async fn optimizer_call_tool_relays_progress_and_sampling() {
     app.shutdown().await;
 }
 
-/// A client that answers sampling as itself, after a delay.
+/// A client that answers sampling as itself. `B` holds its answer until released, so that
+/// another session's call can be made while B's client is still answering.
 #[derive(Clone)]
 struct Named {
     name: &'static str,
-    delay: Duration,
+    overlap: Overlap,
+}
+
+/// The events two overlapping calls are sequenced by.
+#[derive(Clone, Default)]
+struct Overlap {
+    /// B's client was asked (and is answering until `release_b`).
+    b_asked: Arc<tokio::sync::Notify>,
+    release_b: Arc<tokio::sync::Notify>,
+    b_answering: Arc<std::sync::atomic::AtomicBool>,
+    /// A's client was asked while B's was answering.
+    a_asked_meanwhile: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ClientHandler for Named {
@@ -190,7 +202,16 @@ impl ClientHandler for Named {
         params: CreateMessageRequestParams,
         _c: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        tokio::time::sleep(self.delay).await;
+        use std::sync::atomic::Ordering::SeqCst;
+        let o = &self.overlap;
+        if self.name == "B" {
+            o.b_answering.store(true, SeqCst);
+            o.b_asked.notify_one();
+            o.release_b.notified().await;
+            o.b_answering.store(false, SeqCst);
+        } else if o.b_answering.load(SeqCst) {
+            o.a_asked_meanwhile.store(true, SeqCst);
+        }
         let asked =
             serde_json::to_value(&params.messages[0].content).unwrap()["text"].as_str().unwrap_or_default().to_string();
         Ok(CreateMessageResult::new(
@@ -200,36 +221,38 @@ impl ClientHandler for Named {
     }
 }
 
-/// Two sessions ask through the same backend at overlapping times: session A's call samples
-/// after session B's call has started and while B's client is still answering. Returns the two
-/// results.
-/// Both calls' results, and the gateway's metrics once they ended.
-async fn overlapping_asks(backend_toml: &str) -> (CallToolResult, CallToolResult, String) {
+/// Two sessions call a tool that samples, on the same backend, one inside the other: B's call
+/// asks its client, and while B's client is answering (held until A's call has returned), A's
+/// call is made and asks too. Sequenced by those events, not by delays. Returns both results,
+/// the gateway's metrics once they ended, and whether A's client was asked while B's answered.
+async fn overlapping_asks(backend_toml: &str) -> (CallToolResult, CallToolResult, String, bool) {
     let toml = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{backend_toml}");
     let app = gateway(&toml, EmbedderChoice::None).await;
     let url = format!("http://{}/mcp", app.addr.unwrap());
-    let connect = |name, delay| {
-        let url = url.clone();
+    let overlap = Overlap::default();
+    let connect = |name| {
+        let (url, overlap) = (url.clone(), overlap.clone());
         async move {
-            Named { name, delay }
+            Named { name, overlap }
                 .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(url))
                 .await
                 .expect("client connects")
         }
     };
-    let a = connect("A", Duration::ZERO).await;
-    let b = connect("B", Duration::from_millis(1500)).await;
-    let a_call = call(&a, "kit_ask", json!({"prompt": "from A", "delay_ms": 500}));
-    let b_call = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        call(&b, "kit_ask", json!({"prompt": "from B"})).await
+    let (a, b) = (connect("A").await, connect("B").await);
+    let b_call = call(&b, "kit_ask", json!({"prompt": "from B"}));
+    let a_call = async {
+        overlap.b_asked.notified().await;
+        let r = call(&a, "kit_ask", json!({"prompt": "from A"})).await;
+        overlap.release_b.notify_one();
+        r
     };
     let (ra, rb) = tokio::join!(a_call, b_call);
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
     let metrics = app.gateway.render_metrics();
     app.shutdown().await;
-    (ra, rb, metrics)
+    (ra, rb, metrics, overlap.a_asked_meanwhile.load(std::sync::atomic::Ordering::SeqCst))
 }
 
 #[tokio::test]
@@ -237,7 +260,8 @@ async fn sampling_goes_to_the_session_whose_call_asked() {
     let kit = http_backend("testkit").await;
     // On one connection shared by both sessions, the request's stream says whose call it is.
     let shared = format!("{}session = \"shared\"\n", http_backend_toml("kit", &kit.url));
-    let (a, b, metrics) = overlapping_asks(&shared).await;
+    let (a, b, metrics, overlapped) = overlapping_asks(&shared).await;
+    assert!(overlapped, "A's client was asked while B's was still answering");
     assert!(metrics.contains("toolmux_backend_requests_refused_total 0"), "{metrics}");
     assert_eq!(text(&a), "A answers from A", "session A's call is answered by A");
     assert_eq!(text(&b), "B answers from B");
@@ -247,19 +271,21 @@ async fn sampling_goes_to_the_session_whose_call_asked() {
 async fn sampling_with_no_link_to_its_call_is_refused_rather_than_guessed() {
     // Over stdio nothing says which call a backend request belongs to: with calls from two
     // sessions running, the gateway refuses instead of picking one.
-    let (a, b, metrics) = overlapping_asks(&stdio_backend_toml("kit", "testkit")).await;
-    // B asks while A's call is running: refused, and counted (never dropped in silence).
-    assert_eq!(b.is_error, Some(true), "{}", text(&b));
-    assert!(text(&b).contains("does not guess"), "{}", text(&b));
-    assert!(!metrics.contains("toolmux_backend_requests_refused_total 0"), "{metrics}");
-    // A asks once B's call has ended: answered by A, or refused; never by B.
-    assert!(text(&a) == "A answers from A" || text(&a).contains("does not guess"), "{}", text(&a));
+    let (a, b, metrics, overlapped) = overlapping_asks(&stdio_backend_toml("kit", "testkit")).await;
+    // B asked while its call was the only one: answered by B.
+    assert_eq!(text(&b), "B answers from B");
+    // A asks while B's call runs too: refused, and counted (never dropped in silence), and
+    // A's client was never asked.
+    assert_eq!(a.is_error, Some(true), "{}", text(&a));
+    assert!(text(&a).contains("does not guess"), "{}", text(&a));
+    assert!(!overlapped, "A's client was not asked");
+    assert!(metrics.contains("toolmux_backend_requests_refused_total 1"), "{metrics}");
     // One session at a time, the only running call is the one that asked.
     let toml =
         format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}", stdio_backend_toml("kit", "testkit"));
     let app = gateway(&toml, EmbedderChoice::None).await;
     let url = format!("http://{}/mcp", app.addr.unwrap());
-    let a = Named { name: "A", delay: Duration::ZERO }
+    let a = Named { name: "A", overlap: Overlap::default() }
         .serve(rmcp::transport::StreamableHttpClientTransport::from_uri(url))
         .await
         .unwrap();
