@@ -550,11 +550,24 @@ async fn a_sessions_rights_follow_each_requests_token_in(mode: &str) {
     }
 
     // The same principal, re-issued without `admin`: the same session, from this request on.
+    // (Its event stream is open, to see what it is told.)
+    let mut events = s.listen().await;
     let narrow = key.sign(&claims_in("alice", &["dev"], now() - 1));
     let s = s.presented(&url, Some(&narrow));
     let refused = try_call(&s, mode, "kit_sleep", sleep.clone()).await.unwrap_err();
     assert!(refused.contains("tool not found: kit_sleep"), "{mode}: {refused}");
     if mode == "passthrough" {
+        // The narrowed list is announced on the session's stream, as docs/security.md says.
+        let told = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while let Some(m) = events.recv().await {
+                if m["method"] == "notifications/tools/list_changed" {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(told, Ok(true), "{mode}: tools/list_changed after the token narrowed");
         let tools = s.request("tools/list", json!({})).await.to_string();
         assert!(!tools.contains("kit_sleep") && tools.contains("kit_echo"), "{mode}: {tools}");
     } else {

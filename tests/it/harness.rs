@@ -507,15 +507,16 @@ impl RawSession {
 
     /// Opens the session's GET event stream; every JSON-RPC message on it arrives on the channel.
     pub async fn listen(&self) -> tokio::sync::mpsc::UnboundedReceiver<Value> {
-        let r = self
+        let mut r = self
             .http
             .get(&self.url)
             .header("accept", "text/event-stream")
             .header("mcp-session-id", &self.id)
-            .header("mcp-protocol-version", "2025-11-25")
-            .send()
-            .await
-            .unwrap();
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(t) = &self.token {
+            r = r.bearer_auth(t);
+        }
+        let r = r.send().await.unwrap();
         assert!(r.status().is_success(), "GET stream: {}", r.status());
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
