@@ -350,6 +350,33 @@ pub fn stdio_backend_toml(name: &str, backend: &str) -> String {
     format!("[[backends]]\nname = \"{name}\"\ncommand = \"{BIN}\"\nargs = [\"backend\", \"{backend}\", \"--stdio\"]\n")
 }
 
+/// A stdio MCP server in POSIX sh, written to `dir`, answering `initialize` with
+/// `capabilities` (JSON) and each `(method, result)` in `answers` with that result (JSON, in
+/// which printf's escapes such as `\\377` work), any other request with `{}`. Returns its
+/// `[[backends]]` entry as `name`.
+pub fn sh_backend_toml(dir: &std::path::Path, name: &str, capabilities: &str, answers: &[(&str, String)]) -> String {
+    // Inside a single-quoted printf format: `%` doubled, `'` closed and reopened around it.
+    let format = |json: &str| json.replace('%', "%%").replace('\'', r"'\''");
+    let mut script = String::from(
+        "while IFS= read -r line; do\n  id=$(printf '%s' \"$line\" | sed -n 's/.*\"id\":\\([0-9][0-9]*\\).*/\\1/p')\n  case \"$line\" in\n",
+    );
+    let init = format!(
+        r#"{{"protocolVersion":"2025-06-18","capabilities":{capabilities},"serverInfo":{{"name":"{name}","version":"1"}}}}"#
+    );
+    for (method, result) in
+        std::iter::once(("initialize", init.as_str())).chain(answers.iter().map(|(m, r)| (*m, r.as_str())))
+    {
+        script += &format!(
+            "    *'\"{method}\"'*) printf '{{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}}\\n' \"$id\" ;;\n",
+            format(result)
+        );
+    }
+    script += "    *'\"id\":'*) printf '{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}\\n' \"$id\" ;;\n  esac\ndone\n";
+    let path = dir.join(format!("{name}.sh"));
+    std::fs::write(&path, script).unwrap();
+    format!("[[backends]]\nname = \"{name}\"\ncommand = \"sh\"\nargs = [{:?}]\n", path.display().to_string())
+}
+
 pub fn http_backend_toml(name: &str, url: &str) -> String {
     format!("[[backends]]\nname = \"{name}\"\nurl = \"{url}\"\n")
 }

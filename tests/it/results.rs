@@ -198,14 +198,19 @@ async fn structured_rows_stay_json_and_an_image_becomes_a_link() {
 async fn backends_that_misbehave_get_a_bounded_answer() {
     let kit = http_backend("testkit").await;
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("bad-utf8.sh");
-    std::fs::write(&script, BAD_UTF8_SERVER).unwrap();
+    // A backend whose one tool answers with bytes that are not UTF-8.
+    let tools = r#"{"tools":[{"name":"garbled","description":"Answers with bytes that are not UTF-8.","inputSchema":{"type":"object"}}]}"#;
+    let garbled = r#"{"content":[{"type":"text","text":"bad \377\376 bytes"}]}"#;
+    let bad = sh_backend_toml(
+        dir.path(),
+        "bad",
+        r#"{"tools":{}}"#,
+        &[("tools/list", tools.to_string()), ("tools/call", garbled.to_string())],
+    );
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n[results]\nkeep_bytes_per_principal = 10000000\n\
-         {}timeout = \"3s\"\n\
-         [[backends]]\nname = \"bad\"\ncommand = \"sh\"\nargs = [\"{}\"]\ntimeout = \"3s\"\n",
+         {}timeout = \"3s\"\n{bad}timeout = \"3s\"\n",
         http_backend_toml("kit", &kit.url),
-        script.display()
     );
     let app = gateway(&toml, EmbedderChoice::None).await;
     let (c, _) = client(&app).await;
@@ -248,19 +253,6 @@ async fn backends_that_misbehave_get_a_bounded_answer() {
     c.cancel().await.unwrap();
     app.shutdown().await;
 }
-
-/// A stdio MCP server in POSIX sh whose one tool answers with bytes that are not UTF-8.
-const BAD_UTF8_SERVER: &str = r#"
-while IFS= read -r line; do
-  id=$(printf '%s' "$line" | sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p')
-  case "$line" in
-    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"bad","version":"1"}}}\n' "$id" ;;
-    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"garbled","description":"Answers with bytes that are not UTF-8.","inputSchema":{"type":"object"}}]}}\n' "$id" ;;
-    *'"tools/call"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"bad \377\376 bytes"}]}}\n' "$id" ;;
-    *'"id":'*) printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$id" ;;
-  esac
-done
-"#;
 
 /// kit_big's description in find_tool's answer to a request aimed at it.
 async fn kit_big_as_found(c: &Client) -> String {
