@@ -301,8 +301,19 @@ impl Validator<'_> {
     }
 }
 
-fn is_glob(s: &str) -> bool {
-    s.contains(['*', '?', '[', '{'])
+/// The one name a pattern matches when it has no wildcard (escapes `\x` read as `x`); `None`
+/// for a glob.
+fn literal(pattern: &str) -> Option<String> {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            '*' | '?' | '[' | '{' => return None,
+            c => out.push(c),
+        }
+    }
+    Some(out)
 }
 
 /// Whom a rule is for and what it covers, as `[[policy]]`, `[[limits]]` and `[[hooks]]` write
@@ -324,8 +335,10 @@ impl Validator<'_> {
                 "name who the rule is for: `principals` or `groups` (\"*\" is everyone)",
             );
         }
-        for b in rule.backends.iter().filter(|b| !is_glob(b) && !configured.contains(b.as_str())) {
-            self.problem(format!("{at}.backends"), format!("`{b}` is not a configured backend"));
+        for b in &rule.backends {
+            if literal(b).is_some_and(|name| !configured.contains(name.as_str())) {
+                self.problem(format!("{at}.backends"), format!("`{b}` is not a configured backend"));
+            }
         }
         let fields = [
             ("principals", &rule.principals),

@@ -323,3 +323,17 @@ fn result_limits_default_to_claude_codes_and_are_set_per_backend_tool_and_rule()
         assert!(err.problems.iter().any(|p| p.key == key), "{key}: {err}");
     }
 }
+
+/// A rule's backend without a wildcard names one backend, which must be configured; an escaped
+/// character (`git\hub`) is still that one name.
+#[test]
+fn a_rules_plain_backend_must_be_configured_escapes_read_as_the_character() {
+    let rule = |backend: &str| format!("{FULL}[[policy]]\nprincipals = [\"*\"]\nbackends = [{backend:?}]\n");
+    for fine in ["github", "git\\hub", "git*", "{github,time}"] {
+        assert!(Config::parse(&rule(fine)).is_ok(), "{fine}");
+    }
+    for unknown in ["gitlab", "git\\lab"] {
+        let err = Config::parse(&rule(unknown)).unwrap_err().to_string();
+        assert!(err.contains("policy[0].backends") && err.contains("is not a configured backend"), "{unknown}: {err}");
+    }
+}
