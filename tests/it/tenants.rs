@@ -3,15 +3,23 @@
 //! mode, over a stateful `per_client` backend and two others (and again with that backend on
 //! the 2026-07-28 revision and `[groups]` on, the clients declaring groups), with policy
 //! reloads between steps, and after every step checks what the answer may hold:
-//! - no tool outside the caller's current scope (tools/list, find_tool);
+//! - the walk starts from a random restricted policy, with tool-level rules (a principal may be
+//!   denied github's `create_*` tools, which also takes github's resources and prompts away);
+//! - no tool outside the caller's current scope, and every tool inside it reachable: tools/list
+//!   (in passthrough the caller's backends exactly; a client of groups gets github's tools top
+//!   level), a call of a tool in or out of scope (answered or refused, in every mode), find_tool
+//!   (never empty for a request aimed at a backend the caller may use);
+//! - resources and prompts only of backends the caller may use whole, all of them;
 //! - no backend state but the caller's own (what `recall` returns is what this caller, in this
 //!   session or as this session-less principal, last remembered);
-//! - no task but the caller's own, and none whose tool the caller may no longer use;
+//! - no task but the caller's own, and none whose tool the caller may no longer use; a
+//!   cancel by anyone else is refused as for a task that does not exist, and the task goes on;
 //! - no group but of the caller's own backends, and no group's tools outside its scope;
 //! - no backend waiting for a login named to a caller that may not use it (find_tool's
 //!   `needs_login`), and the one waiting named to every caller that may;
-//! - in the operator console's views (tools, overview, playground): no tool outside the scope,
-//!   no other principal, no search of another principal's scope;
+//! - in the operator console's views (tools, overview, playground): exactly the backends the
+//!   caller may use, no tool outside the scope, no other principal, no search of another
+//!   principal's scope, and a search that finds something when the scope has what it asks for;
 //! - `[[limits]]`: each principal has a quota of jira calls of its own, spent alike by its
 //!   sessions and its session-less requests; one principal's calls never spend another's, and
 //!   the call past the quota is refused naming the limit;
@@ -95,6 +103,8 @@ struct Walk {
     allowed: [BTreeSet<&'static str>; 3],
     /// Whether each principal may use [`LOCKED`] now.
     locked: [bool; 3],
+    /// Whether each principal is denied github's `create_*` tools now (a tool-level rule).
+    no_create: [bool; 3],
     sessions: HashMap<(usize, usize), Arc<TaskClient>>,
     /// What `kit` remembers for each caller, as far as the walk knows.
     remembered: HashMap<Who, String>,
@@ -117,7 +127,9 @@ impl Walk {
     async fn start(mode: &'static str, variant: Variant, seed: u64, kit: &HttpBackend, others: &[HttpBackend]) -> Self {
         let mut base = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n[results]\nmax_tokens = 250\n");
         if variant == Variant::StatelessWithGroups {
-            base += "[groups]\nenabled = true\n";
+            // A client of groups still lists github's tools itself: its tools/list has something
+            // to check.
+            base += "[groups]\nenabled = true\ntop_level = [\"github_*\"]\n";
         }
         base += &bearer_tokens(&PRINCIPALS);
         base += &http_backend_toml("kit", &kit.url);
@@ -133,17 +145,19 @@ impl Walk {
         base += &format!(
             "[[limits]]\nname = \"walk\"\nprincipals = [\"*\"]\nbackends = [\"jira\"]\ncalls_per_hour = {QUOTA}\n"
         );
-        let everything =
-            [BACKENDS.into_iter().collect(), BACKENDS.into_iter().collect(), BACKENDS.into_iter().collect()];
-        let app = gateway(&(base.clone() + &policy(&everything, &[true; 3])), EmbedderChoice::None).await;
+        // From the first step on, each principal may use only part of the catalog.
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (allowed, locked, no_create) = draw(&mut rng);
+        let app = gateway(&(base.clone() + &policy(&allowed, &locked, &no_create)), EmbedderChoice::None).await;
         Self {
             mode,
             variant,
             base,
             app,
-            rng: StdRng::seed_from_u64(seed),
-            allowed: everything,
-            locked: [true; 3],
+            rng,
+            allowed,
+            locked,
+            no_create,
             sessions: HashMap::new(),
             remembered: HashMap::new(),
             tasks: Vec::new(),
@@ -188,7 +202,8 @@ impl Walk {
             0..20 if self.variant == Variant::Sessions => self.remember(who).await,
             20..40 if self.variant == Variant::Sessions => self.recall(who).await,
             0..40 => self.groups(who).await,
-            40..55 => self.list(who).await,
+            40..50 => self.list(who).await,
+            50..55 => self.parts(who).await,
             55..61 => self.find(who).await,
             61..65 => self.console(who.principal()).await,
             65..73 => self.make_task(who).await,
@@ -240,8 +255,14 @@ impl Walk {
     }
 
     fn in_scope(&self, who: Who, name: &str) -> bool {
+        let p = who.principal();
         let backend = name.split_once('_').map_or(name, |(b, _)| b);
-        self.allowed[who.principal()].contains(backend)
+        self.allowed[p].contains(backend) && !(self.no_create[p] && name.starts_with("github_create_"))
+    }
+
+    /// The backends whose resources and prompts principal `p` gets: those it may use whole.
+    fn whole(&self, p: usize) -> BTreeSet<&'static str> {
+        self.allowed[p].iter().copied().filter(|b| !(*b == "github" && self.no_create[p])).collect()
     }
 
     /// Whether principal `p` may use `backend` (one with tools, or the one waiting for a login).
@@ -255,13 +276,44 @@ impl Walk {
         for t in tools.iter().filter(|t| !["find_tool", "call_tool", "read_result"].contains(&t.name.as_ref())) {
             assert!(self.in_scope(who, &t.name), "{}: {who:?} listed {} outside its scope", self.at(), t.name);
         }
-        // (A client of groups lists only the top-level tools: none are configured.)
-        if self.mode == "passthrough" && self.variant == Variant::Sessions {
+        if self.mode == "passthrough" {
             let backends: BTreeSet<&str> =
                 tools.iter().filter_map(|t| t.name.split_once('_')).map(|(b, _)| b).collect();
-            let allowed: BTreeSet<&str> = self.allowed[who.principal()].iter().copied().collect();
+            let mut allowed: BTreeSet<&str> = self.allowed[who.principal()].iter().copied().collect();
+            // A client of groups lists only the top-level tools: github's.
+            if self.variant == Variant::StatelessWithGroups {
+                allowed.retain(|b| *b == "github");
+            }
             assert_eq!(backends, allowed, "{}: {who:?} lists every backend of its scope", self.at());
         }
+        // In every mode, a call: answered inside the scope, refused outside it.
+        let calls = [
+            ("kit_echo", json!({"input": "walk"})),
+            ("github_list_pull_requests", json!({"owner": "o", "repo": "r"})),
+            ("github_create_issue", json!({"owner": "o", "repo": "r", "title": "walk"})),
+        ];
+        let (tool, args) = calls[self.rng.random_range(0..calls.len())].clone();
+        let r = self.call(&c, tool, args).await;
+        let answered = r.is_error != Some(true);
+        assert_eq!(answered, self.in_scope(who, tool), "{}: {who:?} called {tool}: {}", self.at(), text(&r));
+    }
+
+    /// `resources/list` and `prompts/list`: exactly those of the backends the caller may use
+    /// whole (each demo backend has one of each).
+    async fn parts(&mut self, who: Who) {
+        let c = self.client(who).await;
+        let resources = c.list_all_resources().await.unwrap_or_else(|e| panic!("{}: resources/list: {e}", self.at()));
+        let of_resources: BTreeSet<String> = resources
+            .iter()
+            .filter(|r| r.uri.ends_with("/about"))
+            .map(|r| r.uri.trim_start_matches("demo://").trim_end_matches("/about").replace("testkit", "kit"))
+            .collect();
+        let prompts = c.list_all_prompts().await.unwrap_or_else(|e| panic!("{}: prompts/list: {e}", self.at()));
+        let of_prompts: BTreeSet<String> =
+            prompts.iter().filter_map(|p| p.name.strip_suffix("_summarize")).map(str::to_owned).collect();
+        let whole: BTreeSet<String> = self.whole(who.principal()).iter().map(|b| b.to_string()).collect();
+        assert_eq!(of_resources, whole, "{}: {who:?}'s resources", self.at());
+        assert_eq!(of_prompts, whole, "{}: {who:?}'s prompts", self.at());
     }
 
     /// `groups/list`: exactly the caller's backends; `groups/get` of one: its tools, all in
@@ -272,7 +324,9 @@ impl Walk {
             custom(&c, "groups/list", json!({})).await.unwrap_or_else(|e| panic!("{}: groups/list: {e}", self.at()));
         let names: BTreeSet<String> =
             listed["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap().to_string()).collect();
-        let allowed: BTreeSet<String> = self.allowed[who.principal()].iter().map(|b| b.to_string()).collect();
+        // github's tools are all top level (`[groups] top_level`): it has no group.
+        let allowed: BTreeSet<String> =
+            self.allowed[who.principal()].iter().filter(|b| **b != "github").map(|b| b.to_string()).collect();
         assert_eq!(names, allowed, "{}: {who:?} lists groups of its own backends only", self.at());
         let backend = BACKENDS[self.rng.random_range(0..BACKENDS.len())];
         match custom(&c, "groups/get", json!({"name": backend})).await {
@@ -297,14 +351,28 @@ impl Walk {
         if self.mode != "optimizer" {
             return self.list(who).await;
         }
-        let requests = ["remember a value", "create an issue", "open a ticket", "recall", "list pull requests"];
-        let request = requests[self.rng.random_range(0..requests.len())];
+        // Each request with the tool it is aimed at.
+        let requests = [
+            ("remember a value", "kit_remember"),
+            ("create an issue in a repository", "github_create_issue"),
+            ("create a ticket in a tracker project", "jira_create_ticket"),
+            ("list pull requests of a repository", "github_list_pull_requests"),
+        ];
+        let (request, aimed_at) = requests[self.rng.random_range(0..requests.len())];
         let c = self.client(who).await;
         let r = call(&*c, "find_tool", json!({"tool_description": request})).await;
         assert_ne!(r.is_error, Some(true), "{}: find_tool: {r:?}", self.at());
-        for name in found(&r) {
-            assert!(self.in_scope(who, &name), "{}: {who:?} found {name} outside its scope", self.at());
+        let names = found(&r);
+        for name in &names {
+            assert!(self.in_scope(who, name), "{}: {who:?} found {name} outside its scope", self.at());
         }
+        // Not an empty answer that would pass anything: the tool it asks for, when it may use it.
+        assert_eq!(
+            names.iter().any(|n| n == aimed_at),
+            self.in_scope(who, aimed_at),
+            "{}: {who:?} asked for {aimed_at}: {names:?}",
+            self.at()
+        );
         let sc = r.structured_content.as_ref().expect("structured content");
         let waiting: Vec<&str> = sc.get("needs_login").and_then(Value::as_array).map_or(Vec::new(), |names| {
             names.iter().map(|n| n.as_str().unwrap().split('`').nth(1).expect("a backend in backticks")).collect()
@@ -322,14 +390,22 @@ impl Walk {
         let base = format!("http://{}/ui/api", self.app.addr.unwrap());
         let get = |path: &str| http.get(format!("{base}/{path}")).bearer_auth(PRINCIPALS[p]).send();
         let tools: Value = get("tools").await.unwrap().json().await.unwrap();
+        let mut shown = BTreeSet::new();
         for backend in tools["backends"].as_array().unwrap() {
             let name = backend["name"].as_str().unwrap();
-            assert!(self.may_use(p, name), "{}: {who:?} shown backend {name} in the console", self.at());
-            for t in backend["tools"].as_array().unwrap() {
+            shown.insert(name.to_string());
+            let listed = backend["tools"].as_array().unwrap();
+            for t in listed {
                 let tool = t["name"].as_str().unwrap();
                 assert!(self.in_scope(who, tool), "{}: {who:?} shown {tool} in the console", self.at());
             }
+            if self.allowed[p].contains(name) {
+                assert!(!listed.is_empty(), "{}: {who:?} shown {name} without its tools", self.at());
+            }
         }
+        let expected: BTreeSet<String> =
+            BACKENDS.iter().chain(&[LOCKED]).filter(|b| self.may_use(p, b)).map(|b| b.to_string()).collect();
+        assert_eq!(shown, expected, "{}: {who:?}'s backends in the console", self.at());
         assert!(tools["held"].is_number(), "{}: held details are for admins", self.at());
         let overview: Value = get("overview").await.unwrap().json().await.unwrap();
         for row in overview["principals"].as_array().unwrap() {
@@ -349,10 +425,14 @@ impl Walk {
         let searched = post(json!({"request": "create an issue"})).await.unwrap();
         assert_eq!(searched.status(), 200, "{}", self.at());
         let searched: Value = searched.json().await.unwrap();
-        for hit in searched["ranked"].as_array().unwrap() {
+        let ranked = searched["ranked"].as_array().unwrap();
+        for hit in ranked {
             let tool = hit["name"].as_str().unwrap();
             assert!(self.in_scope(who, tool), "{}: {who:?} found {tool} in the playground", self.at());
         }
+        // github and jira both have tools that create or concern issues; kit has none.
+        let has_issues = self.allowed[p].contains("github") || self.allowed[p].contains("jira");
+        assert!(!has_issues || !ranked.is_empty(), "{}: {who:?}'s playground search ranks nothing", self.at());
         assert!(searched.get("excluded").is_none(), "{}: excluded tools are for admins", self.at());
         let other = PRINCIPALS[(p + 1) % PRINCIPALS.len()];
         let refused = post(json!({"request": "create an issue", "principal": other})).await.unwrap();
@@ -409,6 +489,14 @@ impl Walk {
                 }
             }
             Err(e) => panic!("{}: tasks/get: {e}", self.at()),
+        }
+        // Someone else's cancel is refused as for a task that does not exist; the task goes on.
+        if let Some(owner) = owner.filter(|o| *o != who) {
+            let refused = c.peer().cancel_task(CancelTaskParams::new(id.clone())).await;
+            match refused {
+                Err(ServiceError::McpError(e)) => assert_eq!(e.code.0, -32602, "{}: {e:?}", self.at()),
+                other => panic!("{}: {who:?} cancelled {owner:?}'s task {id}: {other:?}", self.at()),
+            }
         }
         if owns && may && !cancelled && self.rng.random_bool(0.2) {
             c.peer().cancel_task(CancelTaskParams::new(id.clone())).await.unwrap();
@@ -499,12 +587,9 @@ impl Walk {
     }
 
     async fn reload(&mut self) {
-        for p in 0..PRINCIPALS.len() {
-            self.allowed[p] = BACKENDS.into_iter().filter(|_| self.rng.random_bool(0.7)).collect();
-            self.locked[p] = self.rng.random_bool(0.7);
-        }
-        let config =
-            toolmux::config::Config::parse(&(self.base.clone() + &policy(&self.allowed, &self.locked))).unwrap();
+        (self.allowed, self.locked, self.no_create) = draw(&mut self.rng);
+        let rules = policy(&self.allowed, &self.locked, &self.no_create);
+        let config = toolmux::config::Config::parse(&(self.base.clone() + &rules)).unwrap();
         self.app.reload(config).await;
     }
 
@@ -532,10 +617,28 @@ fn params(tool: &str, args: Value) -> rmcp::model::CallToolRequestParams {
     rmcp::model::CallToolRequestParams::new(tool.to_string()).with_arguments(args.as_object().unwrap().clone())
 }
 
+/// A random policy: for each principal the backends it may use, whether it may use [`LOCKED`],
+/// and whether it is denied github's `create_*` tools.
+fn draw(rng: &mut StdRng) -> ([BTreeSet<&'static str>; 3], [bool; 3], [bool; 3]) {
+    let mut backends = || BACKENDS.into_iter().filter(|_| rng.random_bool(0.7)).collect::<BTreeSet<_>>();
+    let allowed = [backends(), backends(), backends()];
+    let locked = [rng.random_bool(0.7), rng.random_bool(0.7), rng.random_bool(0.7)];
+    let no_create = [rng.random_bool(0.3), rng.random_bool(0.3), rng.random_bool(0.3)];
+    (allowed, locked, no_create)
+}
+
 /// One `[[policy]]` per principal, allowing exactly its backends and, when `locked` says so,
-/// [`LOCKED`] (none: a rule denying all).
-fn policy(allowed: &[BTreeSet<&'static str>; 3], locked: &[bool; 3]) -> String {
+/// [`LOCKED`] (none: a rule denying all); and, where `no_create` says so, one denying github's
+/// `create_*` tools.
+fn policy(allowed: &[BTreeSet<&'static str>; 3], locked: &[bool; 3], no_create: &[bool; 3]) -> String {
     let mut toml = String::new();
+    for (p, denied) in PRINCIPALS.iter().zip(no_create) {
+        if *denied {
+            toml += &format!(
+                "[[policy]]\nprincipals = [\"{p}\"]\nbackends = [\"github\"]\ntools = [\"create_*\"]\neffect = \"deny\"\n"
+            );
+        }
+    }
     for ((p, backends), locked) in PRINCIPALS.iter().zip(allowed).zip(locked) {
         let mut list: Vec<String> = backends.iter().map(|b| format!("\"{b}\"")).collect();
         if *locked {
