@@ -12,6 +12,8 @@
 //! - resources and prompts only of backends the caller may use whole, all of them;
 //! - no backend state but the caller's own (what `recall` returns is what this caller, in this
 //!   session or as this session-less principal, last remembered);
+//! - a backend's sampling request reaches the client whose call made it, and its log line that
+//!   client alone, never another session;
 //! - no task but the caller's own, and none whose tool the caller may no longer use; a
 //!   cancel by anyone else is refused as for a task that does not exist, and the task goes on;
 //! - no group but of the caller's own backends, and no group's tools outside its scope;
@@ -30,6 +32,8 @@
 //! `TOOLMUX_TENANT_SEED=N` replays one walk; `TOOLMUX_TENANT_STEPS=N` makes each walk longer
 //! (CI runs a bounded number of steps). A failure prints the seed and the step.
 
+#![allow(deprecated, reason = "sampling and logging are what 2025-11-25 clients use")]
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -46,17 +50,40 @@ use toolmux::app::{App, EmbedderChoice};
 
 use crate::harness::*;
 
-/// A client that declares the tasks and groups extensions.
+/// A client that declares the tasks and groups extensions and sampling: it answers a sampling
+/// request as itself, and keeps the log messages it is sent.
 #[derive(Clone, Default)]
-struct Tenant;
+struct Tenant {
+    /// Who it is, e.g. `alice#1`.
+    name: String,
+    logs: Arc<std::sync::Mutex<Vec<String>>>,
+}
 
 impl ClientHandler for Tenant {
     fn get_info(&self) -> ClientConfig {
-        let mut caps = ClientCapabilities::builder().enable_tasks().build();
+        let mut caps = ClientCapabilities::builder().enable_tasks().enable_sampling().build();
         let mut extensions = caps.extensions.take().unwrap_or_default();
         extensions.insert("io.modelcontextprotocol/groups".into(), Default::default());
         caps.extensions = Some(extensions);
         ClientConfig::new(caps, Implementation::new("tenant", "1"))
+    }
+
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _c: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        let asked = serde_json::to_value(&params.messages[0].content).unwrap()["text"].clone();
+        let answer = format!("{} answers {}", self.name, asked.as_str().unwrap_or_default());
+        Ok(rmcp::model::CreateMessageResult::new(rmcp::model::SamplingMessage::assistant_text(answer), "m".into()))
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _c: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        self.logs.lock().unwrap().push(params.data.as_str().unwrap_or_default().to_string());
     }
 }
 
@@ -178,12 +205,15 @@ impl Walk {
         match who {
             Who::Session(p, i) => {
                 if !self.sessions.contains_key(&(p, i)) {
-                    let c = open_session(&self.app, PRINCIPALS[p]).await;
+                    let c = open_session(&self.app, PRINCIPALS[p], &format!("{}#{i}", PRINCIPALS[p])).await;
                     self.sessions.insert((p, i), Arc::new(c));
                 }
                 self.sessions[&(p, i)].clone()
             }
-            Who::Sessionless(p) => Arc::new(stateless_client(&self.app, Tenant, Some(PRINCIPALS[p])).await),
+            Who::Sessionless(p) => {
+                let tenant = Tenant { name: PRINCIPALS[p].to_string(), ..Tenant::default() };
+                Arc::new(stateless_client(&self.app, tenant, Some(PRINCIPALS[p])).await)
+            }
         }
     }
 
@@ -199,8 +229,9 @@ impl Walk {
         self.step += 1;
         let who = self.pick();
         match self.rng.random_range(0..100) {
-            0..20 if self.variant == Variant::Sessions => self.remember(who).await,
-            20..40 if self.variant == Variant::Sessions => self.recall(who).await,
+            0..16 if self.variant == Variant::Sessions => self.remember(who).await,
+            16..32 if self.variant == Variant::Sessions => self.recall(who).await,
+            32..40 if self.variant == Variant::Sessions => self.ask_and_log(who).await,
             0..40 => self.groups(who).await,
             40..50 => self.list(who).await,
             50..55 => self.parts(who).await,
@@ -252,6 +283,29 @@ impl Walk {
         }
         let expected = self.remembered.get(&who).cloned().unwrap_or_default();
         assert_eq!(text(&r), expected, "{}: {who:?} recalls another caller's state", self.at());
+    }
+
+    /// A call that asks the calling client's model (sampling) and one that logs: the question
+    /// reaches the caller's own client only, and so does the log line, never another session's.
+    async fn ask_and_log(&mut self, who: Who) {
+        let Who::Session(p, i) = who else { return self.recall(who).await };
+        let c = self.client(who).await;
+        let question = format!("q{}", self.step);
+        let r = self.call(&c, "kit_ask", json!({"prompt": question})).await;
+        if !self.allowed[p].contains("kit") {
+            assert_eq!(r.is_error, Some(true), "{}: {who:?} used kit outside its scope", self.at());
+            return;
+        }
+        let me = format!("{}#{i}", PRINCIPALS[p]);
+        assert_eq!(text(&r), format!("{me} answers {question}"), "{}: {who:?}'s question", self.at());
+        let line = format!("log {}", self.step);
+        let r = self.call(&c, "kit_log", json!({"level": "info", "message": line})).await;
+        assert_eq!(text(&r), "sent", "{}", self.at());
+        for ((q, j), other) in &self.sessions {
+            let logs = other.service().logs.lock().unwrap().clone();
+            let mine = (*q, *j) == (p, i);
+            assert_eq!(logs.contains(&line), mine, "{}: {who:?}'s log line in session {q}.{j}: {logs:?}", self.at());
+        }
     }
 
     fn in_scope(&self, who: Who, name: &str) -> bool {
@@ -652,12 +706,13 @@ fn policy(allowed: &[BTreeSet<&'static str>; 3], locked: &[bool; 3], no_create: 
     toml
 }
 
-async fn open_session(app: &App, token: &str) -> TaskClient {
+async fn open_session(app: &App, token: &str, name: &str) -> TaskClient {
     use rmcp::transport::StreamableHttpClientTransport;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     let url = format!("http://{}/mcp", app.addr.unwrap());
     let cfg = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_string());
-    Tenant.serve(StreamableHttpClientTransport::from_config(cfg)).await.expect("client connects")
+    let tenant = Tenant { name: name.to_string(), ..Tenant::default() };
+    tenant.serve(StreamableHttpClientTransport::from_config(cfg)).await.expect("client connects")
 }
 
 /// A request of the groups extension, as the client sends it.
