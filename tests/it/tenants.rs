@@ -1,8 +1,9 @@
 //! Tenants stay apart, as a property: a seeded random walk drives three principals through
 //! sessions (2025-11-25) and session-less requests (2026-07-28), in passthrough and optimizer
-//! mode, over a stateful `per_client` backend and two others (and again with that backend on
-//! the 2026-07-28 revision and `[groups]` on, the clients declaring groups), with policy
-//! reloads between steps, and after every step checks what the answer may hold:
+//! mode, over a stateful `per_client` backend and two others (again with that backend on the
+//! 2026-07-28 revision and `[groups]` on, the clients declaring groups, and again on two
+//! replicas sharing one Redis, each session and each session-less request on either), with
+//! policy reloads between steps, and after every step checks what the answer may hold:
 //! - the walk starts from a random restricted policy, with tool-level rules (a principal may be
 //!   denied github's `create_*` tools, which also takes github's resources and prompts away);
 //! - no tool outside the caller's current scope, and every tool inside it reachable: tools/list
@@ -97,6 +98,9 @@ enum Variant {
     /// 2026-07-28 (no backend sessions: its state is not per caller, so the walk does not
     /// remember through it), with `[groups]` on.
     StatelessWithGroups,
+    /// As `Sessions`, on two replicas sharing one Redis: each session is opened on either, each
+    /// session-less request and console view goes to either, reloads reach both.
+    Replicas,
 }
 
 const PRINCIPALS: [&str; 3] = ["alice", "bob", "carol"];
@@ -125,6 +129,12 @@ struct Walk {
     variant: Variant,
     base: String,
     app: App,
+    /// The second replica, in [`Variant::Replicas`].
+    replica: Option<App>,
+    /// The replica each session was opened on (0: `app`, 1: `replica`), and the one the last
+    /// client was taken from.
+    opened_on: HashMap<(usize, usize), usize>,
+    last_replica: usize,
     rng: StdRng,
     /// Backends with tools each principal may use now.
     allowed: [BTreeSet<&'static str>; 3],
@@ -133,8 +143,9 @@ struct Walk {
     /// Whether each principal is denied github's `create_*` tools now (a tool-level rule).
     no_create: [bool; 3],
     sessions: HashMap<(usize, usize), Arc<TaskClient>>,
-    /// What `kit` remembers for each caller, as far as the walk knows.
-    remembered: HashMap<Who, String>,
+    /// What `kit` remembers for each caller on each replica, as far as the walk knows (replicas
+    /// share no backend session of a session-less caller: each opens its own).
+    remembered: HashMap<(Who, usize), String>,
     /// Tasks made: id, who made it, whether it cancelled it.
     tasks: Vec<(String, Who, bool)>,
     /// Tasks nobody may read any more: revoked, or their session ended.
@@ -151,8 +162,22 @@ struct Walk {
 const QUOTA: usize = 2;
 
 impl Walk {
-    async fn start(mode: &'static str, variant: Variant, seed: u64, kit: &HttpBackend, others: &[HttpBackend]) -> Self {
+    async fn start(
+        mode: &'static str,
+        variant: Variant,
+        seed: u64,
+        kit: &HttpBackend,
+        others: &[HttpBackend],
+        redis: &crate::redis_server::Redis,
+    ) -> Self {
         let mut base = format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"{mode}\"\n[results]\nmax_tokens = 250\n");
+        if variant == Variant::Replicas {
+            // A prefix of the walk's own: the quotas and kept results of one walk are not another's.
+            base += &format!(
+                "[sessions]\nstore = \"redis\"\nredis_url = \"{}\"\nkey_prefix = \"walk-{mode}-{seed}:\"\n",
+                redis.url()
+            );
+        }
         if variant == Variant::StatelessWithGroups {
             // A client of groups still lists github's tools itself: its tools/list has something
             // to check.
@@ -175,12 +200,20 @@ impl Walk {
         // From the first step on, each principal may use only part of the catalog.
         let mut rng = StdRng::seed_from_u64(seed);
         let (allowed, locked, no_create) = draw(&mut rng);
-        let app = gateway(&(base.clone() + &policy(&allowed, &locked, &no_create)), EmbedderChoice::None).await;
+        let config = base.clone() + &policy(&allowed, &locked, &no_create);
+        let app = gateway(&config, EmbedderChoice::None).await;
+        let replica = match variant {
+            Variant::Replicas => Some(gateway(&config, EmbedderChoice::None).await),
+            _ => None,
+        };
         Self {
             mode,
             variant,
             base,
             app,
+            replica,
+            opened_on: HashMap::new(),
+            last_replica: 0,
             rng,
             allowed,
             locked,
@@ -200,19 +233,35 @@ impl Walk {
         format!("{} mode, {:?}, seed {}, step {}", self.mode, self.variant, self.seed, self.step)
     }
 
-    /// A client for `who`: its session, or a new session-less connection of its principal.
+    /// A replica at random (the only one but in [`Variant::Replicas`]): its index and itself.
+    fn some_replica(&mut self) -> (usize, &App) {
+        let second = self.replica.is_some() && self.rng.random_bool(0.5);
+        match (second, &self.replica) {
+            (true, Some(r)) => (1, r),
+            _ => (0, &self.app),
+        }
+    }
+
+    /// A client for `who`: its session (opened on a replica at random), or a new session-less
+    /// connection of its principal to a replica at random.
     async fn client(&mut self, who: Who) -> Arc<TaskClient> {
         match who {
             Who::Session(p, i) => {
                 if !self.sessions.contains_key(&(p, i)) {
-                    let c = open_session(&self.app, PRINCIPALS[p], &format!("{}#{i}", PRINCIPALS[p])).await;
+                    let (at, app) = self.some_replica();
+                    let c = open_session(app, PRINCIPALS[p], &format!("{}#{i}", PRINCIPALS[p])).await;
                     self.sessions.insert((p, i), Arc::new(c));
+                    self.opened_on.insert((p, i), at);
                 }
+                self.last_replica = self.opened_on[&(p, i)];
                 self.sessions[&(p, i)].clone()
             }
             Who::Sessionless(p) => {
                 let tenant = Tenant { name: PRINCIPALS[p].to_string(), ..Tenant::default() };
-                Arc::new(stateless_client(&self.app, tenant, Some(PRINCIPALS[p])).await)
+                let (at, app) = self.some_replica();
+                let c = Arc::new(stateless_client(app, tenant, Some(PRINCIPALS[p])).await);
+                self.last_replica = at;
+                c
             }
         }
     }
@@ -229,9 +278,9 @@ impl Walk {
         self.step += 1;
         let who = self.pick();
         match self.rng.random_range(0..100) {
-            0..16 if self.variant == Variant::Sessions => self.remember(who).await,
-            16..32 if self.variant == Variant::Sessions => self.recall(who).await,
-            32..40 if self.variant == Variant::Sessions => self.ask_and_log(who).await,
+            0..16 if self.variant != Variant::StatelessWithGroups => self.remember(who).await,
+            16..32 if self.variant != Variant::StatelessWithGroups => self.recall(who).await,
+            32..40 if self.variant != Variant::StatelessWithGroups => self.ask_and_log(who).await,
             0..40 => self.groups(who).await,
             40..50 => self.list(who).await,
             50..55 => self.parts(who).await,
@@ -268,7 +317,7 @@ impl Walk {
         let r = self.call(&c, "kit_remember", json!({"value": value})).await;
         if self.allowed[who.principal()].contains("kit") {
             assert_ne!(r.is_error, Some(true), "{}: {who:?} remember: {r:?}", self.at());
-            self.remembered.insert(who, value);
+            self.remembered.insert((who, self.last_replica), value);
         } else {
             assert_eq!(r.is_error, Some(true), "{}: {who:?} used kit outside its scope", self.at());
         }
@@ -281,7 +330,7 @@ impl Walk {
             assert_eq!(r.is_error, Some(true), "{}: {who:?} used kit outside its scope", self.at());
             return;
         }
-        let expected = self.remembered.get(&who).cloned().unwrap_or_default();
+        let expected = self.remembered.get(&(who, self.last_replica)).cloned().unwrap_or_default();
         assert_eq!(text(&r), expected, "{}: {who:?} recalls another caller's state", self.at());
     }
 
@@ -301,6 +350,9 @@ impl Walk {
         let line = format!("log {}", self.step);
         let r = self.call(&c, "kit_log", json!({"level": "info", "message": line})).await;
         assert_eq!(text(&r), "sent", "{}", self.at());
+        // The client hands notifications to a task of their own: the line may trail the answer.
+        let heard = || async { c.service().logs.lock().unwrap().contains(&line) };
+        assert!(eventually(std::time::Duration::from_secs(10), heard).await, "{}: {who:?} got its log line", self.at());
         for ((q, j), other) in &self.sessions {
             let logs = other.service().logs.lock().unwrap().clone();
             let mine = (*q, *j) == (p, i);
@@ -441,7 +493,7 @@ impl Walk {
     async fn console(&mut self, p: usize) {
         let who = Who::Sessionless(p);
         let http = reqwest::Client::new();
-        let base = format!("http://{}/ui/api", self.app.addr.unwrap());
+        let base = format!("http://{}/ui/api", self.some_replica().1.addr.unwrap());
         let get = |path: &str| http.get(format!("{base}/{path}")).bearer_auth(PRINCIPALS[p]).send();
         let tools: Value = get("tools").await.unwrap().json().await.unwrap();
         let mut shown = BTreeSet::new();
@@ -644,7 +696,10 @@ impl Walk {
         (self.allowed, self.locked, self.no_create) = draw(&mut self.rng);
         let rules = policy(&self.allowed, &self.locked, &self.no_create);
         let config = toolmux::config::Config::parse(&(self.base.clone() + &rules)).unwrap();
-        self.app.reload(config).await;
+        self.app.reload(config.clone()).await;
+        if let Some(r) = &self.replica {
+            r.reload(config).await;
+        }
     }
 
     async fn end_session(&mut self, who: Who) {
@@ -657,7 +712,7 @@ impl Walk {
             c.cancel().await.unwrap_or_else(|e| panic!("{}: the session did not close: {e}", self.at()));
             // The next session of that slot starts afresh: its backend session is a new one,
             // and the old session's tasks are nobody's.
-            self.remembered.remove(&who);
+            self.remembered.retain(|(w, _), _| *w != who);
             let ended: Vec<String> =
                 self.tasks.iter().filter(|(_, w, _)| *w == who).map(|(id, _, _)| id.clone()).collect();
             for id in ended {
@@ -737,6 +792,7 @@ async fn tenants_stay_apart_on_a_random_walk() {
     };
     let kit = http_backend("testkit").await;
     let others = [http_backend("github").await, http_backend("jira").await];
+    let redis = crate::redis_server::Redis::start().await;
     let mut total = 0;
     for seed in seeds {
         for (mode, variant) in [
@@ -744,14 +800,19 @@ async fn tenants_stay_apart_on_a_random_walk() {
             ("optimizer", Variant::Sessions),
             ("passthrough", Variant::StatelessWithGroups),
             ("optimizer", Variant::StatelessWithGroups),
+            ("passthrough", Variant::Replicas),
+            ("optimizer", Variant::Replicas),
         ] {
             println!("tenant walk: {mode} mode, {variant:?}, seed {seed} (replay with TOOLMUX_TENANT_SEED={seed})");
-            let mut walk = Walk::start(mode, variant, seed, &kit, &others).await;
+            let mut walk = Walk::start(mode, variant, seed, &kit, &others, &redis).await;
             for _ in 0..steps {
                 walk.step().await;
             }
             total += walk.step;
             walk.app.shutdown().await;
+            if let Some(r) = walk.replica {
+                r.shutdown().await;
+            }
         }
     }
     println!("tenant walk: {total} steps ran clean");
