@@ -71,6 +71,25 @@ impl CallerHeaders {
     }
 }
 
+/// A backend's configured headers: those sent as they are, and those filled from the caller's
+/// identity on each request.
+#[allow(clippy::type_complexity)]
+pub(super) fn split_headers(
+    headers: &std::collections::BTreeMap<String, String>,
+) -> anyhow::Result<(HashMap<http::HeaderName, http::HeaderValue>, Vec<(http::HeaderName, String)>)> {
+    let mut fixed = HashMap::new();
+    let mut per_caller = Vec::new();
+    for (k, v) in headers {
+        let name = http::HeaderName::try_from(k.as_str())?;
+        if crate::config::carries_identity(v) {
+            per_caller.push((name, v.clone()));
+        } else {
+            fixed.insert(name, http::HeaderValue::try_from(v.as_str())?);
+        }
+    }
+    Ok((fixed, per_caller))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,176 +21,55 @@
 //! the client, and that is the `mcp` layer's business.
 
 pub mod adopt;
+mod answer;
 pub mod children;
 mod client;
 pub mod exchange;
 pub mod identity;
+mod link;
+mod listing;
 pub mod oauth;
 mod principals;
 mod session;
+mod set;
 mod sse;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
+use rmcp::ClientServiceExt;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, CancelledNotificationParam,
-    ClientCapabilities, ClientRequest, CompleteRequestParams, CompleteResult, CreateTaskResult, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult, InputRequiredResult, ProgressToken,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, RequestId, RequestMetaObject,
-    ServerNotification, ServerResult, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
-    UpdateTaskParams,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelTaskParams, ClientCapabilities, ClientRequest,
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse, GetPromptResult, GetTaskParams,
+    GetTaskResult, ProgressToken, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    RequestId, RequestMetaObject, ServerNotification, ServerResult, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RoleClient, RunningService, ServiceError};
-use rmcp::{ClientServiceExt, ErrorData};
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::catalog::ledger::Parts;
-use crate::catalog::text::server_label;
 use crate::config::{BackendConfig, Protocol, SessionMode, Transport};
 use crate::telemetry::Trace;
+use listing::list_everything;
 
+pub use answer::{Answer, CallError};
 pub use client::UpstreamClient;
 pub use identity::{Identity, LiveIdentity};
+pub use link::Link;
+use link::Outstanding;
+pub use listing::Listing;
 pub use principals::PrincipalUpstreams;
 pub use session::{ClientUpstreams, InUse};
+pub use set::Upstream;
 
 /// First and last reconnect delays.
 const BACKOFF_START: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// Deadline for connect + initialize + listing.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What a backend offers, as last listed.
-#[derive(Debug, Clone, Default)]
-pub struct Listing {
-    /// The server's label for search text: its `serverInfo` title or name ([`server_label`]).
-    pub server: Option<String>,
-    /// What the server says it is for: its `serverInfo` description, else its instructions.
-    pub about: Option<String>,
-    /// Its `initialize` instructions, if any.
-    pub instructions: Option<String>,
-    pub tools: Vec<Tool>,
-    /// Its prompts, resources and resource templates.
-    pub parts: Arc<Parts>,
-}
-
-/// What a backend answered a request that may need input from the client.
-#[derive(Debug, Clone)]
-pub enum Answer<T> {
-    Complete(T),
-    /// The backend (2026-07-28) needs the client's answers to these requests; the client's
-    /// retry carries them with the request state.
-    InputRequired(InputRequiredResult),
-    /// The backend runs the tool call as a task (SEP-2663): the client follows it with
-    /// `tasks/get`. Only a tool call is answered this way.
-    Task(CreateTaskResult),
-}
-
-/// Why a forwarded request did not produce a result.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CallError {
-    #[error("backend `{backend}` is not connected; it is being retried")]
-    NotConnected { backend: String },
-    #[error("backend `{backend}` did not answer within {}", humantime::format_duration(*after))]
-    Timeout { backend: String, after: Duration },
-    /// What went wrong is logged (secrets in URLs redacted), never sent to the client. An
-    /// answer over the transport's cap on one message (16 MiB over HTTP) ends the connection
-    /// too, and rmcp says no more than that.
-    #[error(
-        "backend `{backend}` lost its connection during the call (an answer over 16 MiB ends it too); try again shortly, or ask for less"
-    )]
-    ConnectionLost { backend: String },
-    #[error("the call was cancelled by the client")]
-    Cancelled,
-    #[error(
-        "backend `{backend}` already runs {max} instances, one per client session (backends[].max_instances); try again when another session ends"
-    )]
-    AtCapacity { backend: String, max: usize },
-    /// What went wrong is logged (secrets in URLs redacted), never sent to the client.
-    #[error("backend `{backend}` could not open a session for this client; try again shortly")]
-    SessionFailed { backend: String },
-    /// `server.max_sessionless_principals` principals without a session hold backend sessions
-    /// of their own, and every one of them is in use.
-    #[error(
-        "backend sessions are held for {max} callers without a session, all in use (server.max_sessionless_principals); try again shortly, or initialize a session to get backend sessions of your own"
-    )]
-    PrincipalsBusy { max: usize },
-    /// `auth = "token_exchange"`: no token of the backend's own could be had for the caller.
-    #[error("backend `{backend}` takes a token exchanged for yours, and the exchange failed: {why}")]
-    Exchange { backend: String, why: exchange::ExchangeError },
-    /// The backend answered with a JSON-RPC error.
-    #[error("backend `{backend}` returned an error: {}", error.message)]
-    Remote { backend: String, error: ErrorData },
-    /// `auth = "oauth"`: the backend wants a login (none yet, revoked, or more scope).
-    #[error("backend `{}` {}", .0.backend, .0)]
-    NeedsLogin(oauth::NeedsLogin),
-}
-
-/// A request the backend is still working on. Dropped before it was answered or cancelled (the
-/// future awaiting it given up: a parked call that expired, a client that went away), it sends
-/// the backend `notifications/cancelled`, so that abandoned work ends there too.
-struct Outstanding {
-    peer: Arc<Peer<RoleClient>>,
-    /// `None` once answered or cancelled.
-    id: Option<RequestId>,
-}
-
-impl Outstanding {
-    fn answered(&mut self) {
-        self.id = None;
-    }
-
-    async fn cancel(&mut self, reason: &str) {
-        if let Some(id) = self.id.take() {
-            let _ = self.peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason.into()))).await;
-        }
-    }
-}
-
-impl Drop for Outstanding {
-    fn drop(&mut self) {
-        let Some(id) = self.id.take() else { return };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        let peer = self.peer.clone();
-        runtime.spawn(async move {
-            let reason = "abandoned at the gateway: its client went away or did not answer in time";
-            let _ = peer.notify_cancelled(CancelledNotificationParam::new(Some(id), Some(reason.into()))).await;
-        });
-    }
-}
-
-/// The connection one request travels on: the gateway's shared one, or a client's own session.
-#[derive(Clone)]
-pub struct Link {
-    peer: Arc<Peer<RoleClient>>,
-    /// Unique in the process; what the backend sends back is keyed by it.
-    pub conn: u64,
-    own: Option<Arc<session::Conn>>,
-    /// A session-less principal's set of backend sessions, kept open while the request that
-    /// travels on it runs ([`PrincipalUpstreams`]).
-    owner: Option<Arc<ClientUpstreams>>,
-}
-
-impl Link {
-    fn own(conn: &Arc<session::Conn>) -> Self {
-        Self { peer: conn.peer.clone(), conn: conn.id, own: Some(conn.clone()), owner: None }
-    }
-
-    /// Whether this is a client's own upstream session.
-    pub fn is_own(&self) -> bool {
-        self.own.is_some()
-    }
-
-    /// Keeps a client's own session from going idle while a request uses it.
-    pub fn using(&self) -> Option<InUse> {
-        self.own.as_ref().map(|c| c.using())
-    }
-}
 
 /// A backend's connection, for the rest of the gateway.
 pub struct Backend {
@@ -559,7 +438,7 @@ impl Backend {
     ) -> anyhow::Result<RunningService<RoleClient, UpstreamClient>> {
         let service = match &self.config.transport {
             Transport::Http { url, headers, sse: true } => {
-                let (fixed, per_caller) = split_headers(headers)?;
+                let (fixed, per_caller) = identity::split_headers(headers)?;
                 let caller = own.map(|(identity, _)| {
                     identity::CallerHeaders::new(identity.clone(), per_caller, self.exchanger.clone())
                 });
@@ -571,7 +450,7 @@ impl Backend {
             Transport::Http { url, headers, sse: false } => {
                 use rmcp::transport::StreamableHttpClientTransport;
                 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-                let (fixed, per_caller) = split_headers(headers)?;
+                let (fixed, per_caller) = identity::split_headers(headers)?;
                 let cfg = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(fixed);
                 let client = match own {
                     None => adopt::OwnSessionClient::gateways(self.http_client()?),
@@ -865,141 +744,4 @@ impl Backend {
     }
 }
 
-async fn list_everything(peer: &Peer<RoleClient>) -> anyhow::Result<Listing> {
-    let info = peer.peer_info();
-    let caps = info.as_ref().map(|i| i.capabilities.clone()).unwrap_or_default();
-    let server =
-        info.as_ref().and_then(|i| i.server_info.as_ref()).and_then(|s| server_label(s.title.as_deref(), &s.name));
-    let tools = if caps.tools.is_some() { peer.list_all_tools().await? } else { Vec::new() };
-    let (mut resources, mut templates, mut prompts) = (Vec::new(), Vec::new(), Vec::new());
-    if caps.resources.is_some() {
-        resources = peer.list_all_resources().await.unwrap_or_else(|e| {
-            tracing::warn!(%e, "resources/list failed");
-            Vec::new()
-        });
-        templates = peer.list_all_resource_templates().await.unwrap_or_default();
-    }
-    if caps.prompts.is_some() {
-        prompts = peer.list_all_prompts().await.unwrap_or_else(|e| {
-            tracing::warn!(%e, "prompts/list failed");
-            Vec::new()
-        });
-    }
-    let instructions = info.as_ref().and_then(|i| i.instructions.clone()).filter(|s| !s.trim().is_empty());
-    let about = info
-        .as_ref()
-        .and_then(|i| i.server_info.as_ref())
-        .and_then(|s| s.description.clone())
-        .filter(|s| !s.trim().is_empty())
-        .or_else(|| instructions.clone());
-    let parts = Arc::new(Parts { prompts, resources, templates });
-    Ok(Listing { server, about, instructions, tools, parts })
-}
-
-/// Every configured backend. The set changes only on a reload ([`Upstream::add`],
-/// [`Upstream::remove`]); readers take the set as it is at that moment.
-pub struct Upstream {
-    backends: ArcSwap<Vec<Arc<Backend>>>,
-    changes: watch::Sender<u64>,
-    relay: Arc<dyn client::Relay>,
-    /// Cancelled when the gateway stops; every backend's `retired` is a child of it.
-    ct: CancellationToken,
-    /// Serialises changes to the set.
-    writer: std::sync::Mutex<()>,
-    groups: children::Groups,
-    /// Set when the gateway stops while sessions are shared with other replicas: per-client
-    /// HTTP backend sessions are left open for the replica that takes their client over.
-    pub keep_sessions: Arc<AtomicBool>,
-}
-
-impl Upstream {
-    pub fn new(configs: &[BackendConfig], relay: Arc<dyn client::Relay>, ct: CancellationToken) -> Self {
-        let (changes, _) = watch::channel(0);
-        let groups = children::Groups::default();
-        let backends = configs
-            .iter()
-            .map(|c| Backend::new(c.clone(), changes.clone(), relay.clone(), ct.child_token(), groups.clone()))
-            .collect();
-        Self {
-            backends: ArcSwap::from_pointee(backends),
-            changes,
-            relay,
-            ct,
-            writer: Default::default(),
-            groups,
-            keep_sessions: Arc::default(),
-        }
-    }
-
-    /// The process groups of every stdio backend started by these backends.
-    pub fn children(&self) -> children::Groups {
-        self.groups.clone()
-    }
-
-    /// The backends now, in configuration order.
-    pub fn backends(&self) -> Arc<Vec<Arc<Backend>>> {
-        self.backends.load_full()
-    }
-
-    pub fn get(&self, name: &str) -> Option<Arc<Backend>> {
-        self.backends.load().iter().find(|b| b.name() == name).cloned()
-    }
-
-    /// Adds a backend (replacing, and retiring, one of the same name) and returns it; its
-    /// supervisor is the caller's to start.
-    pub fn add(&self, config: BackendConfig) -> Arc<Backend> {
-        let _w = self.writer.lock().expect("upstream writer");
-        let backend =
-            Backend::new(config, self.changes.clone(), self.relay.clone(), self.ct.child_token(), self.groups.clone());
-        let mut next: Vec<Arc<Backend>> = self.backends.load().iter().cloned().collect();
-        match next.iter().position(|b| b.name() == backend.name()) {
-            Some(i) => std::mem::replace(&mut next[i], backend.clone()).retired.cancel(),
-            None => next.push(backend.clone()),
-        }
-        self.backends.store(Arc::new(next));
-        self.changes.send_modify(|v| *v += 1);
-        backend
-    }
-
-    /// Removes and retires a backend: no new request reaches it, calls under way finish.
-    pub fn remove(&self, name: &str) -> Option<Arc<Backend>> {
-        let _w = self.writer.lock().expect("upstream writer");
-        let mut next: Vec<Arc<Backend>> = self.backends.load().iter().cloned().collect();
-        let i = next.iter().position(|b| b.name() == name)?;
-        let gone = next.remove(i);
-        self.backends.store(Arc::new(next));
-        gone.retired.cancel();
-        self.changes.send_modify(|v| *v += 1);
-        Some(gone)
-    }
-
-    /// Ticks whenever any backend's listing or connection changes.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
-    }
-
-    pub fn all_tried(&self) -> bool {
-        self.backends.load().iter().all(|b| b.was_tried())
-    }
-}
-
 pub use client::{NoRelay, Relay, Source, request_name};
-
-/// A backend's configured headers: those sent as they are, and those filled from the caller's
-/// identity on each request.
-#[allow(clippy::type_complexity)]
-fn split_headers(
-    headers: &std::collections::BTreeMap<String, String>,
-) -> anyhow::Result<(HashMap<http::HeaderName, http::HeaderValue>, Vec<(http::HeaderName, String)>)> {
-    let mut fixed = HashMap::new();
-    let mut per_caller = Vec::new();
-    for (k, v) in headers {
-        let name = http::HeaderName::try_from(k.as_str())?;
-        if crate::config::carries_identity(v) {
-            per_caller.push((name, v.clone()));
-        } else {
-            fixed.insert(name, http::HeaderValue::try_from(v.as_str())?);
-        }
-    }
-    Ok((fixed, per_caller))
-}
