@@ -7,6 +7,8 @@
 //! until the whole fits; what was shortened, and by how much, is reported so that the marker
 //! can say it. What comes out is always valid JSON, and valid against the schema it was given.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 /// Of a cut text's bytes, the share kept from its head; the rest comes from its tail.
@@ -96,7 +98,8 @@ pub fn shrink(value: &mut Value, budget: usize, schema: Option<&Value>) -> (Vec<
         if size <= budget {
             return (done, true);
         }
-        let Some(Candidate { path, size: node_size, .. }) = best else { break };
+        let Some(Candidate { path, size: node_size }) = best else { break };
+        let path: Vec<Step<'static>> = path.into_iter().map(Step::into_owned).collect();
         let target = node_size.saturating_sub(size - budget);
         let (node, node_schema) = walk(value, schema, &path);
         let Some(s) = shorten(node, node_schema, target, &pointer(&path)) else { break };
@@ -111,24 +114,40 @@ pub fn json_size(value: &Value) -> usize {
     measure(value, None, &mut Vec::new(), &mut None)
 }
 
+/// One step down a JSON value; keys are borrowed while measuring, so that walking a large
+/// value allocates only when it finds a larger candidate.
 #[derive(Debug, Clone)]
-enum Step {
-    Key(String),
+enum Step<'a> {
+    Key(Cow<'a, str>),
     Index(usize),
 }
 
-struct Candidate {
-    path: Vec<Step>,
+impl Step<'_> {
+    fn into_owned(self) -> Step<'static> {
+        match self {
+            Step::Key(k) => Step::Key(Cow::Owned(k.into_owned())),
+            Step::Index(i) => Step::Index(i),
+        }
+    }
+}
+
+struct Candidate<'a> {
+    path: Vec<Step<'a>>,
     size: usize,
 }
 
 /// The compact JSON size of `value`, noting in `best` the largest array or string below it that
 /// can still be shortened.
-fn measure(value: &Value, schema: Option<&Value>, path: &mut Vec<Step>, best: &mut Option<Candidate>) -> usize {
+fn measure<'v>(
+    value: &'v Value,
+    schema: Option<&Value>,
+    path: &mut Vec<Step<'v>>,
+    best: &mut Option<Candidate<'v>>,
+) -> usize {
     let size = match value {
         Value::Null => 4,
         Value::Bool(b) => 4 + usize::from(!*b),
-        Value::Number(n) => n.to_string().len(),
+        Value::Number(n) => display_len(n),
         Value::String(s) => escaped_len(s),
         Value::Array(items) => {
             let inner = sub(schema, "items");
@@ -143,7 +162,7 @@ fn measure(value: &Value, schema: Option<&Value>, path: &mut Vec<Step>, best: &m
         Value::Object(map) => {
             let mut total = 2 + map.len().saturating_sub(1);
             for (k, v) in map {
-                path.push(Step::Key(k.clone()));
+                path.push(Step::Key(Cow::Borrowed(k)));
                 total += escaped_len(k) + 1 + measure(v, property(schema, k), path, best);
                 path.pop();
             }
@@ -170,7 +189,7 @@ fn walk<'a>(
     for step in path {
         (value, schema) = match (step, value) {
             (Step::Index(i), Value::Array(items)) => (&mut items[*i], sub(schema, "items")),
-            (Step::Key(k), Value::Object(map)) => (map.get_mut(k).expect("measured"), property(schema, k)),
+            (Step::Key(k), Value::Object(map)) => (map.get_mut(k.as_ref()).expect("measured"), property(schema, k)),
             _ => unreachable!("a path measured in this value"),
         };
     }
@@ -230,6 +249,20 @@ fn pointer(path: &[Step]) -> String {
         }
     }
     out
+}
+
+/// The length of what `value` displays as, without writing it anywhere.
+fn display_len(value: &impl std::fmt::Display) -> usize {
+    struct Count(usize);
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 += s.len();
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = std::fmt::write(&mut count, format_args!("{value}"));
+    count.0
 }
 
 fn escaped_len(s: &str) -> usize {
