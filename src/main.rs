@@ -431,8 +431,9 @@ fn parse_precision(s: &str) -> Result<toolmux::config::Precision, String> {
     }
 }
 
-/// The log filter when none is given.
-const DEFAULT_LOG_FILTER: &str = "warn,toolmux=info";
+/// The log filter when none is given. rmcp's transport worker logs, at error, each failure toolmux
+/// then reports itself in words (`upstream::words`): that copy is left out.
+const DEFAULT_LOG_FILTER: &str = "warn,toolmux=info,rmcp::transport::worker=off";
 
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {

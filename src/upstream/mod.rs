@@ -33,6 +33,8 @@ mod principals;
 mod session;
 mod set;
 mod sse;
+mod stderr;
+pub mod words;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,6 +106,10 @@ pub struct Backend {
     groups: children::Groups,
     /// The last failed connection attempt, and when (for `/status`).
     last_error: std::sync::Mutex<Option<(String, std::time::SystemTime)>>,
+    /// A stdio backend: the child of the gateway's own connection, to tell how it ended.
+    child: std::sync::Mutex<Option<Arc<stderr::ChildStory>>>,
+    /// The gateway's own connection failed its last attempt (a child's stderr is then quiet).
+    failing: AtomicBool,
     /// `auth = "token_exchange"`: each caller's token for this backend.
     pub(crate) exchanger: Option<Arc<exchange::Exchanger>>,
     /// `auth = "oauth"`: the user's grant, carried by every connection.
@@ -143,6 +149,8 @@ impl Backend {
             instance: session::next_conn(),
             retired,
             last_error: Default::default(),
+            child: Default::default(),
+            failing: AtomicBool::new(false),
             shared: ArcSwapOption::empty(),
             instances: Arc::new(Semaphore::new(config.max_instances)),
             client_sessions: Default::default(),
@@ -275,15 +283,19 @@ impl Backend {
     pub async fn supervise(self: Arc<Self>) {
         let ct = self.retired.clone();
         let mut backoff = BACKOFF_START;
+        // What was last said at warn: the same failure again is said at debug only.
+        let mut said: Option<String> = None;
         loop {
             let attempt = tokio::time::timeout(CONNECT_TIMEOUT, self.connect());
             let outcome = tokio::select! {
                 _ = ct.cancelled() => return,
-                r = attempt => r.unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {CONNECT_TIMEOUT:?}"))),
+                r = attempt => r.unwrap_or_else(|_| Err(self.no_answer())),
             };
             match outcome {
                 Ok((service, listing)) => {
                     tracing::info!(backend = self.name(), tools = listing.tools.len(), "backend connected");
+                    said = None;
+                    self.failing.store(false, Ordering::Release);
                     *self.login_needed.lock().expect("login flag") = None;
                     backoff = BACKOFF_START;
                     self.listing.store(Arc::new(listing));
@@ -304,17 +316,34 @@ impl Backend {
                     if stopped {
                         return;
                     }
-                    tracing::warn!(backend = self.name(), "backend connection lost; reconnecting");
+                    let child = self.child.lock().expect("child story").take();
+                    match child {
+                        Some(child) => match child.words().await {
+                            Some(why) => {
+                                tracing::warn!(backend = self.name(), %why, "backend connection lost; restarting it");
+                                *self.last_error.lock().expect("last error") =
+                                    Some((why, std::time::SystemTime::now()));
+                            }
+                            None => tracing::warn!(backend = self.name(), "backend connection lost; restarting it"),
+                        },
+                        None => tracing::warn!(backend = self.name(), "backend connection lost; reconnecting"),
+                    }
                 }
                 Err(err) => {
                     let login = err.downcast_ref::<oauth::NeedsLogin>().cloned();
                     let first = !self.tried.swap(true, Ordering::AcqRel);
                     let error = match &login {
                         Some(needs) => needs.for_operator(),
-                        None => crate::redact::urls(&format!("{err:#}")),
+                        None => words::explain(&err, &self.config),
                     };
                     *self.login_needed.lock().expect("login flag") = login;
-                    tracing::warn!(backend = self.name(), %error, retry_in = ?backoff, "backend unavailable");
+                    if said.as_ref() != Some(&error) {
+                        tracing::warn!(backend = self.name(), %error, retry_in = ?backoff, "backend unavailable");
+                    } else {
+                        tracing::debug!(backend = self.name(), %error, retry_in = ?backoff, "backend still unavailable");
+                    }
+                    self.failing.store(true, Ordering::Release);
+                    said = Some(error.clone());
                     *self.last_error.lock().expect("last error") = Some((error, std::time::SystemTime::now()));
                     if first {
                         self.bump();
@@ -328,6 +357,15 @@ impl Backend {
             }
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
+    }
+
+    /// A connection attempt that took longer than [`CONNECT_TIMEOUT`], in words.
+    fn no_answer(&self) -> anyhow::Error {
+        let child = self.child.lock().expect("child story").take();
+        anyhow::Error::new(words::Told(match child {
+            Some(child) => child.no_answer(CONNECT_TIMEOUT),
+            None => format!("no answer within {}", humantime::format_duration(CONNECT_TIMEOUT)),
+        }))
     }
 
     /// Waits for the connection to end, re-listing on change notifications. True if `ct` ended it.
@@ -485,11 +523,30 @@ impl Backend {
                 crate::descriptors::as_started(&mut cmd);
                 // A group of its own: what the backend starts ends with it (see `children`).
                 let mut wrapped = CommandWrap::from(cmd);
-                wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-                let transport =
-                    TokioChildProcess::new(wrapped).map_err(|e| anyhow::anyhow!("cannot start `{command}`: {e}"))?;
+                // What the child says on stderr and how it ends tell a failure in words.
+                let story = stderr::ChildStory::new(command, own.is_none() && self.failing.load(Ordering::Acquire));
+                wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop).wrap(story.recorder());
+                let (transport, stderr) = TokioChildProcess::builder(wrapped)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .map_err(|e| anyhow::Error::new(words::Told(stderr::start_failed(command, &e))))?;
+                if let Some(stderr) = stderr {
+                    story.read(self.name(), stderr);
+                }
                 handler.group = transport.id().and_then(|pid| self.groups.register(pid));
-                handler.serve_with_lifecycle(transport, self.lifecycle()).await?
+                if own.is_none() {
+                    *self.child.lock().expect("child story") = Some(story.clone());
+                }
+                match handler.serve_with_lifecycle(transport, self.lifecycle()).await {
+                    Ok(service) => service,
+                    Err(e) => {
+                        let e = anyhow::Error::from(e);
+                        return Err(match story.words().await {
+                            Some(why) => e.context(words::Told(why)),
+                            None => e,
+                        });
+                    }
+                }
             }
         };
         Ok(service)

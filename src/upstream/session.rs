@@ -190,8 +190,7 @@ impl ClientUpstreams {
         let id = super::session::next_conn();
         // List changes are the gateway's own connection's business: it hears them too.
         let handler = UpstreamClient::new(name.clone(), id, None, self.relay.clone());
-        let failed = |detail: String| {
-            let error = crate::redact::urls(&detail);
+        let failed = |error: String| {
             tracing::warn!(backend = %name, %error, "a backend session for a client could not be opened");
             CallError::SessionFailed { backend: name.clone() }
         };
@@ -208,7 +207,7 @@ impl ClientUpstreams {
                     backend.login_refused(needs);
                     return Err(CallError::NeedsLogin(needs.clone()));
                 }
-                return Err(failed(format!("{e:#}")));
+                return Err(failed(super::words::explain(&e, &backend.config)));
             }
             Ok(Ok(s)) => s,
         };

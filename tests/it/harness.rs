@@ -147,6 +147,21 @@ impl Served {
         env: &[(&str, &str)],
         nofile: Option<(u64, u64)>,
     ) -> Self {
+        Self::spawn(config, extra, env, nofile, Stdio::null()).await
+    }
+
+    /// Starts it with its log (stderr, at the default level) written to `log`.
+    pub async fn start_logging(config: &std::path::Path, log: &std::path::Path) -> Self {
+        Self::spawn(config, &[], &[], None, std::fs::File::create(log).unwrap().into()).await
+    }
+
+    async fn spawn(
+        config: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        nofile: Option<(u64, u64)>,
+        stderr: Stdio,
+    ) -> Self {
         let mut command = tokio::process::Command::new(BIN);
         command
             .args(["serve", "--config", config.to_str().unwrap()])
@@ -154,7 +169,7 @@ impl Served {
             .envs(env.iter().copied())
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .kill_on_drop(true);
         if let Some((soft, hard)) = nofile {
             // SAFETY: between fork and exec the closure makes one system call and allocates nothing.

@@ -350,3 +350,90 @@ async fn no_answer_uses_a_scope_health_has_ruled_out() {
     unstable.kill().await;
     app.shutdown().await;
 }
+
+/// A backend that cannot be reached says why in words a user acts on, the same in `/status`,
+/// `toolmux status` and the log: the URL that refused, the status a server answered with and
+/// what to do, the command that exited, with its code and last stderr lines, or that was not
+/// found. The log names no Rust types, and a failure that repeats is said once at warn.
+#[tokio::test]
+async fn a_backend_that_cannot_be_reached_says_why_in_words() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on.
+    let refused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    // A server that wants credentials at /mcp and has nothing at any other path.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http = listener.local_addr().unwrap();
+    let routes = axum::Router::new()
+        .route(
+            "/mcp",
+            axum::routing::any(|| async {
+                (axum::http::StatusCode::UNAUTHORIZED, [("www-authenticate", "Bearer realm=\"mcp\"")], "")
+            }),
+        )
+        .fallback(|| async { (axum::http::StatusCode::NOT_FOUND, "no such page") });
+    tokio::spawn(async move { axum::serve(listener, routes).await });
+    // A child that says what is wrong and exits, counting its starts.
+    let starts = dir.path().join("starts");
+    let dies = format!(
+        "echo started >> '{}'; echo 'fatal: no configuration at /etc/weather.yaml' >&2; exit 3",
+        starts.display()
+    );
+    let config = dir.path().join("toolmux.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n\
+             [[backends]]\nname = \"down\"\nurl = \"http://{refused}/mcp\"\n\
+             [[backends]]\nname = \"locked\"\nurl = \"http://{http}/mcp\"\n\
+             [[backends]]\nname = \"astray\"\nurl = \"http://{http}/wrong\"\n\
+             [[backends]]\nname = \"dies\"\ncommand = \"sh\"\nargs = [\"-c\", {dies:?}]\n\
+             [[backends]]\nname = \"missing\"\ncommand = \"toolmux-no-such-server\"\n"
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("toolmux.log");
+    let mut served = Served::start_logging(&config, &log).await;
+    let errors = || async {
+        let status = served.status().await;
+        let mut errors = std::collections::BTreeMap::new();
+        for b in status["backends"].as_array().into_iter().flatten() {
+            if let Some(e) = b["last_error"].as_str() {
+                errors.insert(b["name"].as_str().unwrap().to_string(), e.to_string());
+            }
+        }
+        errors
+    };
+    assert!(eventually(Duration::from_secs(20), || async { errors().await.len() == 5 }).await, "{:?}", errors().await);
+    let errors = errors().await;
+    let says = |name: &str, words: &[&str]| {
+        let error = &errors[name];
+        for w in words {
+            assert!(error.contains(w), "{name}: {error:?} says {w:?}");
+        }
+        assert!(!error.contains("::") && !error.contains("Transport ["), "{name}: no type names in {error:?}");
+    };
+    says("down", &[&format!("nothing is listening at http://{refused}/mcp"), "connection refused"]);
+    says("locked", &["401 Unauthorized", "toolmux login locked", "`headers`"]);
+    says("astray", &["HTTP 404", "check the path"]);
+    says("dies", &["`sh` exited with code 3", "“fatal: no configuration at /etc/weather.yaml”"]);
+    says("missing", &["`toolmux-no-such-server` was not found", "PATH"]);
+
+    // `toolmux status` prints the same words.
+    let table = std::process::Command::new(BIN).args(["status", "--url", &served.base]).output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("`sh` exited with code 3"), "{table}");
+
+    // The child failed again and again (started three times at least: an event, not a clock).
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            std::fs::read_to_string(&starts).unwrap_or_default().lines().count() >= 3
+        })
+        .await
+    );
+    served.child.kill().await.unwrap();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(!log.contains("rmcp::") && !log.contains("WorkerTransport"), "no type names in the log:\n{log}");
+    let warned = log.lines().filter(|l| l.contains("WARN") && l.contains("backend=\"dies\"")).count();
+    assert_eq!(warned, 1, "a failure that repeats is said once at warn:\n{log}");
+    assert!(log.contains("line=fatal: no configuration at /etc/weather.yaml"), "the child's stderr is logged:\n{log}");
+}
