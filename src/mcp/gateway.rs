@@ -292,13 +292,30 @@ impl Gateway {
     }
 
     /// What a client lists from `snap`, as one number: when it changes, the client is told
-    /// (`tools/list_changed`). Every tool in passthrough mode; the pinned ones in optimizer mode.
+    /// (`tools/list_changed`). Every tool in passthrough mode; in optimizer mode, find_tool's
+    /// description (which the backends' health does not change) and the pinned tools.
     pub fn listed(&self, snap: &Snapshot) -> u64 {
         match self.mode {
             Mode::Passthrough => snap.listed(),
             Mode::Optimizer if self.pinned.is_some() => snap.listed_where(|t| self.is_pinned(t.name())),
-            // The two meta-tools never change: no walk over the caller's tools.
-            Mode::Optimizer => 0,
+            Mode::Optimizer => {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                self.find_tool_text(snap).hash(&mut h);
+                if self.pinned.is_some() {
+                    snap.listed_where(|t| self.is_pinned(t.name())).hash(&mut h);
+                }
+                h.finish()
+            }
+        }
+    }
+
+    /// find_tool's description for a caller with scope `snap`: the operator's
+    /// (`optimizer.find_tool_description`), or one written from what the scope holds.
+    pub fn find_tool_text<'a>(&'a self, snap: &'a Snapshot) -> &'a str {
+        match &self.find_tool_description {
+            Some(text) => text,
+            None => snap.find_tool_text.get_or_init(|| super::overview::find_tool_description(snap.scope_tools())),
         }
     }
 

@@ -5,6 +5,7 @@ pub mod gateway;
 pub mod groups;
 pub mod handler;
 pub mod meta;
+pub mod overview;
 pub mod relay;
 pub mod rounds;
 pub mod status;

@@ -126,6 +126,8 @@ pub struct Snapshot {
     /// Who it was built for (principal and groups, never a token): a session whose caller's
     /// groups changed no longer uses it.
     pub caller: Caller,
+    /// find_tool's description for this scope, written once when first asked for.
+    pub find_tool_text: std::sync::OnceLock<String>,
 }
 
 impl Snapshot {
@@ -138,6 +140,7 @@ impl Snapshot {
             baseline_tokens: 0,
             health_version: 0,
             caller: Caller::anonymous(),
+            find_tool_text: Default::default(),
         }
     }
 
@@ -151,6 +154,13 @@ impl Snapshot {
     pub fn tools(&self) -> impl Iterator<Item = &CatalogTool> {
         let tools = self.generation.catalog.tools();
         self.allow.iter().map(move |s| &tools[s as usize])
+    }
+
+    /// Every tool the caller may use, whether its backend is up or down (allowed, then held
+    /// back).
+    pub fn scope_tools(&self) -> impl Iterator<Item = &CatalogTool> {
+        let tools = self.generation.catalog.tools();
+        self.allow.iter().chain(self.held_back.iter().flat_map(AllowList::iter)).map(move |s| &tools[s as usize])
     }
 
     /// Bytes this snapshot holds beyond the shared generation.
@@ -212,7 +222,15 @@ pub fn scope(
             }
         }
     }
-    Snapshot { generation, allow, held_back, baseline_tokens, health_version: 0, caller: caller.without_token() }
+    Snapshot {
+        generation,
+        allow,
+        held_back,
+        baseline_tokens,
+        health_version: 0,
+        caller: caller.without_token(),
+        find_tool_text: Default::default(),
+    }
 }
 
 /// A client session's `logging/setLevel`: log messages below it are not passed on to it.

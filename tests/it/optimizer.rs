@@ -299,3 +299,76 @@ async fn find_tool_learns_from_calls_that_follow_it() {
     assert!(!offered.contains(&target), "{offered:?}");
     assert_eq!(ranked(call(&c, "find_tool", request).await)[0], target, "alice still gets it first");
 }
+
+/// find_tool's description says what is behind it for each caller: the backends in their scope
+/// and what their tools act on. Bob, who may not use `code`, is not told of it; a backend added
+/// by a reload reaches a connected client's stream as `tools/list_changed`, and its next
+/// tools/list names it. The operator's own description wins for everyone.
+#[tokio::test]
+async fn find_tool_says_what_is_behind_it_for_each_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let listing = |names: &[&str]| {
+        let tools: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"name": n, "description": "A tool.", "inputSchema": {"type": "object"}}))
+            .collect();
+        vec![("tools/list", json!({ "tools": tools }).to_string())]
+    };
+    let code = sh_backend_toml(
+        dir.path(),
+        "code",
+        r#"{"tools":{}}"#,
+        &listing(&["create_pull_request", "merge_pull_request", "list_issues"]),
+    );
+    let weather = sh_backend_toml(dir.path(), "weather", r#"{"tools":{}}"#, &listing(&["get_forecast"]));
+    let calendar = sh_backend_toml(dir.path(), "calendar", r#"{"tools":{}}"#, &listing(&["createEvent"]));
+    let head = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\n[health]\ninterval = \"1s\"\n{}\
+         [[policy]]\nprincipals = [\"*\"]\nbackends = [\"*\"]\n\
+         [[policy]]\nprincipals = [\"bob\"]\nbackends = [\"code\"]\neffect = \"deny\"\n",
+        bearer_tokens(&["alice", "bob"]),
+    );
+    let app = gateway(&format!("{head}{code}{weather}"), EmbedderChoice::None).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    let alice = RawSession::open_as(&url, Some("alice")).await;
+    let bob = RawSession::open_as(&url, Some("bob")).await;
+    let for_alice = described(&alice).await;
+    assert!(
+        for_alice.ends_with("Behind it: code (3 tools: pull request, issue), weather (1 tool: forecast)."),
+        "{for_alice}"
+    );
+    let for_bob = described(&bob).await;
+    assert!(for_bob.ends_with("Behind it: weather (1 tool: forecast)."), "{for_bob}");
+
+    // A backend added by a reload: alice is told on her stream and reads it on her next list.
+    let mut events = alice.listen().await;
+    app.reload(toolmux::config::Config::parse(&format!("{head}{code}{weather}{calendar}")).unwrap()).await;
+    let told = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(m) = events.recv().await {
+            if m["method"] == "notifications/tools/list_changed" {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(told, Ok(true), "tools/list_changed reaches alice's stream");
+    let for_alice = described(&alice).await;
+    assert!(for_alice.contains("calendar (1 tool: event)"), "{for_alice}");
+    assert!(!described(&bob).await.contains("code ("), "bob is still not told of code");
+
+    // The operator's description, for everyone.
+    let own = format!("{head}[optimizer]\nfind_tool_description = \"Search our tools.\"\n{code}{weather}");
+    let app = gateway(&own, EmbedderChoice::None).await;
+    let url = format!("http://{}/mcp", app.addr.unwrap());
+    for who in ["alice", "bob"] {
+        assert_eq!(described(&RawSession::open_as(&url, Some(who)).await).await, "Search our tools.");
+    }
+}
+
+/// find_tool's description as `s` lists it.
+async fn described(s: &RawSession) -> String {
+    let tools = s.request("tools/list", json!({})).await;
+    let find = tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == "find_tool").cloned();
+    find.unwrap_or_else(|| panic!("find_tool in {tools}"))["description"].as_str().unwrap().to_string()
+}

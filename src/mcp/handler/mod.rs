@@ -271,7 +271,7 @@ impl ServerHandler for GatewayHandler {
             let snap = self.snapshot(&context);
             let tools = match self.gw.mode {
                 Mode::Optimizer => {
-                    let mut tools = vec![meta::find_tool(self.gw.find_tool_description.as_deref()), meta::call_tool()];
+                    let mut tools = vec![meta::find_tool(Some(self.gw.find_tool_text(&snap))), meta::call_tool()];
                     // read_result beside them, for hosts that cannot read kept results as resources.
                     if self.offers_read_result(&snap) {
                         tools.push(crate::results::read::tool());
