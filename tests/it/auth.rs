@@ -558,16 +558,11 @@ async fn a_sessions_rights_follow_each_requests_token_in(mode: &str) {
     assert!(refused.contains("tool not found: kit_sleep"), "{mode}: {refused}");
     if mode == "passthrough" {
         // The narrowed list is announced on the session's stream, as docs/security.md says.
-        let told = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while let Some(m) = events.recv().await {
-                if m["method"] == "notifications/tools/list_changed" {
-                    return true;
-                }
-            }
-            false
-        })
-        .await;
-        assert_eq!(told, Ok(true), "{mode}: tools/list_changed after the token narrowed");
+        let list_changed = "notifications/tools/list_changed";
+        assert!(
+            told(&mut events, list_changed, std::time::Duration::from_secs(10)).await,
+            "{mode}: tools/list_changed after the token narrowed"
+        );
         let tools = s.request("tools/list", json!({})).await.to_string();
         assert!(!tools.contains("kit_sleep") && tools.contains("kit_echo"), "{mode}: {tools}");
     } else {

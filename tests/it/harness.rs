@@ -396,6 +396,20 @@ pub fn http_backend_toml(name: &str, url: &str) -> String {
     format!("[[backends]]\nname = \"{name}\"\nurl = \"{url}\"\n")
 }
 
+/// Waits up to `within` for a message whose `method` is `method` on `events` (a session's
+/// stream, from [`RawSession::listen`]); true if it came.
+pub async fn told(events: &mut tokio::sync::mpsc::UnboundedReceiver<Value>, method: &str, within: Duration) -> bool {
+    let seen = tokio::time::timeout(within, async {
+        while let Some(m) = events.recv().await {
+            if m["method"] == method {
+                return true;
+            }
+        }
+        false
+    });
+    seen.await.unwrap_or(false)
+}
+
 /// Polls `f` until it is true or `timeout` passes.
 pub async fn eventually<F, Fut>(timeout: Duration, mut f: F) -> bool
 where

@@ -343,16 +343,11 @@ async fn find_tool_says_what_is_behind_it_for_each_caller() {
     // A backend added by a reload: alice is told on her stream and reads it on her next list.
     let mut events = alice.listen().await;
     app.reload(toolmux::config::Config::parse(&format!("{head}{code}{weather}{calendar}")).unwrap()).await;
-    let told = tokio::time::timeout(Duration::from_secs(20), async {
-        while let Some(m) = events.recv().await {
-            if m["method"] == "notifications/tools/list_changed" {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    assert_eq!(told, Ok(true), "tools/list_changed reaches alice's stream");
+    let list_changed = "notifications/tools/list_changed";
+    assert!(
+        told(&mut events, list_changed, Duration::from_secs(20)).await,
+        "tools/list_changed reaches alice's stream"
+    );
     let for_alice = described(&alice).await;
     assert!(for_alice.contains("calendar (1 tool: event)"), "{for_alice}");
     assert!(!described(&bob).await.contains("code ("), "bob is still not told of code");
