@@ -318,7 +318,7 @@ impl Backend {
                     }
                     let child = self.child.lock().expect("child story").take();
                     match child {
-                        Some(child) => match child.words().await {
+                        Some(child) => match child.ended_alone().await {
                             Some(why) => {
                                 tracing::warn!(backend = self.name(), %why, "backend connection lost; restarting it");
                                 *self.last_error.lock().expect("last error") =

@@ -149,17 +149,26 @@ impl ChildStory {
         )
     }
 
+    /// How a child that ended on its own ended, in words; `None` if it is still running or
+    /// toolmux stopped it (a connection it dropped).
+    pub async fn ended_alone(&self) -> Option<String> {
+        let status = self.settle().await?;
+        (!self.stopped_by_us.load(Ordering::Acquire)).then(|| self.describe(status))
+    }
+
     /// How the child ended, in words, with what it said last; `None` if it is still running.
     pub async fn words(&self) -> Option<String> {
-        let status = self.settle().await;
-        let ended = match status {
-            None => return None,
-            Some(s) if self.stopped_by_us.load(Ordering::Acquire) && s.code().is_none() => {
-                format!("`{}` did not answer as an MCP server and was stopped", self.command)
-            }
-            Some(s) => format!("`{}` {}", self.command, exit_words(s)),
+        let status = self.settle().await?;
+        Some(self.describe(status))
+    }
+
+    fn describe(&self, status: ExitStatus) -> String {
+        let ended = if self.stopped_by_us.load(Ordering::Acquire) && status.code().is_none() {
+            format!("`{}` did not answer as an MCP server and was stopped", self.command)
+        } else {
+            format!("`{}` {}", self.command, exit_words(status))
         };
-        Some(format!("{ended}; {}", said(&self.tail())))
+        format!("{ended}; {}", said(&self.tail()))
     }
 }
 

@@ -437,3 +437,30 @@ async fn a_backend_that_cannot_be_reached_says_why_in_words() {
     assert_eq!(warned, 1, "a failure that repeats is said once at warn:\n{log}");
     assert!(log.contains("line=fatal: no configuration at /etc/weather.yaml"), "the child's stderr is logged:\n{log}");
 }
+
+/// A stdio backend's child that exits while connected is said to have exited, with its code, in
+/// `/status`'s last error; the backend is started again.
+#[tokio::test]
+async fn a_child_that_exits_while_connected_says_how_it_ended() {
+    let app = gateway(
+        &format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{}",
+            stdio_backend_toml("kit", "testkit")
+        ),
+        EmbedderChoice::None,
+    )
+    .await;
+    let kit = app.gateway.upstream.get("kit").unwrap();
+    let (client, _) = client(&app).await;
+    // The call ends with the child: its answer is an error.
+    let ended = client.call_tool(rmcp::model::CallToolRequestParams::new("kit_exit")).await;
+    assert!(ended.as_ref().map_or(true, |r| r.is_error == Some(true)), "{ended:?}");
+    assert!(eventually(Duration::from_secs(20), || async { kit.last_error().is_some() }).await, "the exit is recorded");
+    let (error, _) = kit.last_error().unwrap();
+    assert!(error.contains("exited with code 3"), "{error}");
+    assert!(!error.contains("::"), "no type names: {error}");
+    assert!(
+        eventually(Duration::from_secs(20), || async { app.gateway.advertisable("kit") }).await,
+        "the backend is started again"
+    );
+}
