@@ -165,7 +165,10 @@ impl Snapshot {
 
     /// Bytes this snapshot holds beyond the shared generation.
     pub fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.allow.heap_bytes() + self.held_back.as_ref().map_or(0, AllowList::heap_bytes)
+        std::mem::size_of::<Self>()
+            + self.allow.heap_bytes()
+            + self.held_back.as_ref().map_or(0, AllowList::heap_bytes)
+            + self.find_tool_text.get().map_or(0, String::capacity)
     }
 
     /// What a passthrough client sees of this scope (the allowed tools, names and contents, in
