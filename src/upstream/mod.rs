@@ -22,6 +22,7 @@
 
 pub mod adopt;
 mod answer;
+mod child;
 pub mod children;
 mod client;
 pub mod exchange;
@@ -33,7 +34,6 @@ mod principals;
 mod session;
 mod set;
 mod sse;
-mod stderr;
 pub mod words;
 
 use std::sync::Arc;
@@ -107,7 +107,7 @@ pub struct Backend {
     /// The last failed connection attempt, and when (for `/status`).
     last_error: std::sync::Mutex<Option<(String, std::time::SystemTime)>>,
     /// A stdio backend: the child of the gateway's own connection, to tell how it ended.
-    child: std::sync::Mutex<Option<Arc<stderr::ChildStory>>>,
+    child: std::sync::Mutex<Option<Arc<child::ChildStory>>>,
     /// The gateway's own connection failed its last attempt (a child's stderr is then quiet).
     failing: AtomicBool,
     /// `auth = "token_exchange"`: each caller's token for this backend.
@@ -513,26 +513,14 @@ impl Backend {
                 }
             }
             Transport::Stdio { command, args, env, cwd } => {
-                use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
-                use rmcp::transport::TokioChildProcess;
                 let mut cmd = tokio::process::Command::new(command);
                 cmd.args(args).envs(env);
                 if let Some(cwd) = cwd {
                     cmd.current_dir(cwd);
                 }
                 crate::descriptors::as_started(&mut cmd);
-                // A group of its own: what the backend starts ends with it (see `children`).
-                let mut wrapped = CommandWrap::from(cmd);
-                // What the child says on stderr and how it ends tell a failure in words.
-                let story = stderr::ChildStory::new(command, own.is_none() && self.failing.load(Ordering::Acquire));
-                wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop).wrap(story.recorder());
-                let (transport, stderr) = TokioChildProcess::builder(wrapped)
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .map_err(|e| anyhow::Error::new(words::Told(stderr::start_failed(command, &e))))?;
-                if let Some(stderr) = stderr {
-                    story.read(self.name(), stderr);
-                }
+                let quiet = own.is_none() && self.failing.load(Ordering::Acquire);
+                let (transport, story) = child::start(self.name(), command, cmd, quiet)?;
                 handler.group = transport.id().and_then(|pid| self.groups.register(pid));
                 if own.is_none() {
                     *self.child.lock().expect("child story") = Some(story.clone());

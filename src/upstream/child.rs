@@ -1,10 +1,10 @@
-//! What a stdio backend's child said on stderr and how it ended, so that a failure is told in
-//! words a user acts on ("`server` exited with code 1; it said: …") rather than as the broken
-//! pipe the transport saw.
+//! A stdio backend's child: started in a process group of its own, its stderr read and its end
+//! recorded, so that a failure is told in words a user acts on ("`server` exited with code 1;
+//! its last lines on stderr: …") rather than as the broken pipe the transport saw.
 //!
 //! The child's stderr is read line by line: each line goes to toolmux's log (at info, with the
-//! backend's name) and the last few are kept. Its exit status is recorded by a process-wrap
-//! wrapper on whatever waits for it (rmcp reaps the child when the connection ends).
+//! backend's name; secrets scrubbed) and the last few are kept. Its exit status is recorded by a
+//! process-wrap wrapper on whatever waits for it (rmcp reaps the child when the connection ends).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -15,10 +15,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use process_wrap::tokio::{ChildWrapper, CommandWrap, CommandWrapper};
+use process_wrap::tokio::{ChildWrapper, CommandWrap, CommandWrapper, KillOnDrop, ProcessGroup};
+use rmcp::transport::TokioChildProcess;
 use tokio::io::AsyncReadExt;
 use tokio::process::ChildStderr;
 use tokio::sync::watch;
+
+use super::words::Told;
 
 /// Lines of stderr kept for the words.
 const TAIL_LINES: usize = 5;
@@ -26,6 +29,28 @@ const TAIL_LINES: usize = 5;
 const MAX_LINE: usize = 300;
 /// How long a failure waits for the child's exit status and last lines before it is told.
 const SETTLE: Duration = Duration::from_secs(2);
+
+/// Starts `cmd` for backend `backend` in a process group of its own (what it starts ends with
+/// it, see `children`), its stderr read into the returned story (logged at debug only when
+/// `quiet`). A command that cannot be started is told in words.
+pub fn start(
+    backend: &str,
+    command: &str,
+    cmd: tokio::process::Command,
+    quiet: bool,
+) -> anyhow::Result<(TokioChildProcess, Arc<ChildStory>)> {
+    let story = ChildStory::new(command, quiet);
+    let mut wrapped = CommandWrap::from(cmd);
+    wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop).wrap(story.recorder());
+    let (transport, stderr) = TokioChildProcess::builder(wrapped)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| anyhow::Error::new(Told(start_failed(command, &e))))?;
+    if let Some(stderr) = stderr {
+        story.read(backend, stderr);
+    }
+    Ok((transport, story))
+}
 
 /// One child's last stderr lines and its exit status, once known.
 #[derive(Debug)]
@@ -44,7 +69,7 @@ pub struct ChildStory {
 }
 
 impl ChildStory {
-    pub fn new(command: &str, quiet: bool) -> Arc<Self> {
+    fn new(command: &str, quiet: bool) -> Arc<Self> {
         Arc::new(Self {
             command: command.to_string(),
             tail: Mutex::new(VecDeque::new()),
@@ -56,12 +81,12 @@ impl ChildStory {
     }
 
     /// A process-wrap wrapper that records the child's exit status here.
-    pub fn recorder(self: &Arc<Self>) -> Recorder {
+    fn recorder(self: &Arc<Self>) -> Recorder {
         Recorder(self.clone())
     }
 
     /// Reads `stderr` to its end: each line logged for `backend` and the last ones kept.
-    pub fn read(self: &Arc<Self>, backend: &str, mut stderr: ChildStderr) {
+    fn read(self: &Arc<Self>, backend: &str, mut stderr: ChildStderr) {
         let story = self.clone();
         let backend = backend.to_string();
         tokio::spawn(async move {
@@ -95,7 +120,7 @@ impl ChildStory {
             Some((at, _)) => format!("{}…", &text[..at]),
             None => text.to_string(),
         };
-        let text = crate::redact::urls(&text);
+        let text = crate::redact::urls(&crate::scrub::Scrubber::built_in().scrub(&text).0);
         if self.quiet {
             tracing::debug!(backend, line = %text, "backend stderr");
         } else {
@@ -199,7 +224,7 @@ fn exit_words(status: ExitStatus) -> String {
 }
 
 /// Words for a child that could not be started at all.
-pub fn start_failed(command: &str, e: &io::Error) -> String {
+fn start_failed(command: &str, e: &io::Error) -> String {
     match e.kind() {
         io::ErrorKind::NotFound => {
             format!("`{command}` was not found: is it installed and on PATH? (or give its full path in `command`)")
