@@ -351,6 +351,9 @@ async fn no_answer_uses_a_scope_health_has_ruled_out() {
     app.shutdown().await;
 }
 
+/// A credential-shaped AWS access key id, made up.
+const AWS_KEY: &str = "AKIAZ7Q4N2LXR5T3W6YK";
+
 /// A backend that cannot be reached says why in words a user acts on, the same in `/status`,
 /// `toolmux status` and the log: the URL that refused, the status a server answered with and
 /// what to do, the command that exited, with its code and last stderr lines, or that was not
@@ -375,7 +378,7 @@ async fn a_backend_that_cannot_be_reached_says_why_in_words() {
     // A child that says what is wrong and exits, counting its starts.
     let starts = dir.path().join("starts");
     let dies = format!(
-        "echo started >> '{}'; echo 'fatal: no configuration at /etc/weather.yaml' >&2; exit 3",
+        "echo started >> '{}'; echo 'using key {AWS_KEY}' >&2; echo 'fatal: no configuration at /etc/weather.yaml' >&2; exit 3",
         starts.display()
     );
     let config = dir.path().join("toolmux.toml");
@@ -416,6 +419,8 @@ async fn a_backend_that_cannot_be_reached_says_why_in_words() {
     says("locked", &["401 Unauthorized", "toolmux login locked", "`headers`"]);
     says("astray", &["HTTP 404", "check the path"]);
     says("dies", &["`sh` exited with code 3", "“fatal: no configuration at /etc/weather.yaml”"]);
+    // What the child printed by accident is scrubbed, in /status and in the log.
+    says("dies", &["“using key [redacted: aws-access-token]”"]);
     says("missing", &["`toolmux-no-such-server` was not found", "PATH"]);
 
     // `toolmux status` prints the same words.
@@ -436,6 +441,7 @@ async fn a_backend_that_cannot_be_reached_says_why_in_words() {
     let warned = log.lines().filter(|l| l.contains("WARN") && l.contains("backend=\"dies\"")).count();
     assert_eq!(warned, 1, "a failure that repeats is said once at warn:\n{log}");
     assert!(log.contains("line=fatal: no configuration at /etc/weather.yaml"), "the child's stderr is logged:\n{log}");
+    assert!(!log.contains(AWS_KEY) && log.contains("[redacted: aws-access-token]"), "and scrubbed:\n{log}");
 }
 
 /// A stdio backend's child that exits while connected is said to have exited, with its code, in
