@@ -180,6 +180,7 @@ impl App {
         gateway.hooks.set(&config.hooks);
         gateway.scrubbing.set(&config.scrub);
         gateway.results.set(&config.results);
+        gateway.surfaces.set(&config.surface);
         gateway.set_audit(crate::audit::Audit::start(&config.audit, gateway.metrics.audit.clone())?);
 
         tasks.spawn(gateway.clone().run_notices(ct.child_token()));

@@ -36,6 +36,8 @@ pub struct Reloaded {
     pub scrub: bool,
     /// Whether `[results]`' bounds or keeping, or a backend's, tool's or rule's limits changed.
     pub results: bool,
+    /// Whether `[optimizer] surface` changed (for sessions that start from now on).
+    pub surface: bool,
     /// Whether the bearer tokens or JWT settings changed (every request is checked against the new ones).
     pub auth: bool,
     /// Sections that changed but take effect only after a restart.
@@ -74,6 +76,9 @@ impl std::fmt::Display for Reloaded {
         }
         if self.results {
             parts.push("result limits changed".into());
+        }
+        if self.surface {
+            parts.push("surfaces changed (for new sessions)".into());
         }
         if self.hooks {
             parts.push("hooks changed".into());
@@ -165,6 +170,10 @@ impl App {
         if next.results != running.results {
             gw.results.set(&next.results);
             done.results = true;
+        }
+        if next.surface != running.surface {
+            gw.surfaces.set(&next.surface);
+            done.surface = true;
         }
 
         if let Some(auth) = auth {

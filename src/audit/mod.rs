@@ -28,8 +28,9 @@ use crate::metrics::AuditCounters;
 /// One action, as its line says it (`seq`, `time`, `prev` and `hash` are added when written).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Entry {
-    /// `tools/call`, `call_tool`, `find_tool`, `tools/list`, `resources/read`, `prompts/get`,
-    /// `tasks/get`, `tasks/update`, `tasks/cancel`, `login`, `console/accept`, `config/reload`.
+    /// `initialize` (a session's start: its surface as `target`, why as `detail`), `tools/call`,
+    /// `call_tool`, `find_tool`, `tools/list`, `resources/read`, `prompts/get`, `tasks/get`,
+    /// `tasks/update`, `tasks/cancel`, `login`, `console/accept`, `config/reload`.
     pub action: &'static str,
     pub principal: String,
     /// A hash of the client session's id (its first 16 hex digits), when there is one.

@@ -15,6 +15,7 @@ mod limits;
 mod raw;
 mod results;
 mod sessions;
+mod surface;
 
 pub use aggregation::{Aggregation, BackendTools, ConflictResolution, Override};
 pub use audit::{AuditConfig, AuditKey, OnFailure};
@@ -29,6 +30,7 @@ pub use hooks::HookConfig;
 pub use limits::{LimitRule, Rate, WhenUnreachable};
 pub use results::{BackendScrub, ResultLimit, ResultRule, ResultsConfig, ScrubConfig};
 pub use sessions::{RedisConfig, SealKey, SessionStore, SessionsConfig};
+pub use surface::{ClientSurface, SurfaceConfig, SurfaceRule, SurfaceSetting};
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -59,6 +61,8 @@ pub struct Config {
     pub hooks: Vec<HookConfig>,
     pub sessions: SessionsConfig,
     pub groups: GroupsConfig,
+    /// What optimizer-mode clients are shown (`optimizer.surface` and where it is narrowed).
+    pub surface: SurfaceConfig,
     /// `[results] scrub` and each backend's `scrub`, `scrub_rules`.
     pub scrub: ScrubConfig,
     /// `[results]`' bounds and keeping, with the backends', tools' and policy rules' limits.
@@ -354,17 +358,20 @@ impl Validator<'_> {
 
     fn validate(&mut self, mut raw: raw::File) -> Config {
         let written = results::WrittenLimits::take(&mut raw);
+        let surfaces = surface::WrittenSurfaces::take(&mut raw);
         let server = self.server(raw.server.unwrap_or_default());
         let raw_results = raw.results.unwrap_or_default();
         let scrub = self.results(&raw_results, &raw.backends);
         let backends = self.backends(raw.backends);
         let names: HashSet<&str> = backends.iter().map(|b| b.name.as_str()).collect();
         let aggregation = self.aggregation(raw.aggregation.unwrap_or_default(), &names);
-        let optimizer = self.optimizer(raw.optimizer.unwrap_or_default());
+        let mut raw_optimizer = raw.optimizer.unwrap_or_default();
+        let optimizer = self.optimizer(&mut raw_optimizer);
         let health = self.health(raw.health.unwrap_or_default());
         let auth = self.auth(raw.auth.unwrap_or_default(), server.listen);
         let policy = self.policy(raw.policy, &names);
         let results = self.result_limits(&raw_results, written, &policy);
+        let surface = self.surface(&mut raw_optimizer, surfaces, &policy, server.mode);
         let limits = self.limits(raw.limits, &names);
         let audit = self.audit(raw.audit.unwrap_or_default());
         let hooks = self.hooks(raw.hooks, &names);
@@ -389,6 +396,7 @@ impl Validator<'_> {
             groups,
             scrub,
             results,
+            surface,
         }
     }
 
@@ -535,21 +543,21 @@ impl Validator<'_> {
         Aggregation { conflict_resolution, prefix_format, per_backend }
     }
 
-    fn optimizer(&mut self, raw: raw::Optimizer) -> OptimizerConfig {
+    fn optimizer(&mut self, raw: &mut raw::Optimizer) -> OptimizerConfig {
         let max = raw.max_tools_to_return.unwrap_or(8);
         if !(1..=50).contains(&max) {
             self.problem("optimizer.max_tools_to_return", format!("{max} is out of range 1..50"));
         }
         OptimizerConfig {
             max_tools_to_return: max.clamp(1, 50) as usize,
-            model: raw.model.unwrap_or_else(|| DEFAULT_MODEL.into()),
-            model_dir: raw.model_dir.map(PathBuf::from),
-            cache_dir: raw.cache_dir.map(PathBuf::from),
-            find_tool_description: raw.find_tool_description,
+            model: raw.model.take().unwrap_or_else(|| DEFAULT_MODEL.into()),
+            model_dir: raw.model_dir.take().map(PathBuf::from),
+            cache_dir: raw.cache_dir.take().map(PathBuf::from),
+            find_tool_description: raw.find_tool_description.take(),
             max_query_chars: self.count("optimizer.max_query_chars", raw.max_query_chars, DEFAULT_MAX_QUERY_CHARS),
-            pinned: self.globs("optimizer.pinned", raw.pinned.unwrap_or_default()),
+            pinned: self.globs("optimizer.pinned", raw.pinned.take().unwrap_or_default()),
             learning: raw.learning.unwrap_or(true),
-            learning_file: raw.learning_file.filter(|p| !p.trim().is_empty()).map(PathBuf::from),
+            learning_file: raw.learning_file.take().filter(|p| !p.trim().is_empty()).map(PathBuf::from),
             precision: match raw.precision.as_deref() {
                 None | Some("auto") => Precision::default(),
                 Some("f32") => Precision::F32,

@@ -144,6 +144,8 @@ pub struct PolicyRule {
     /// What a result of the tools it allows may hold (`[results] max_tokens`, `max_bytes`).
     pub max_result_tokens: Option<i64>,
     pub max_result_bytes: Option<i64>,
+    /// The surface of the callers it names (`[optimizer] surface`).
+    pub surface: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -273,6 +275,16 @@ pub struct Optimizer {
     pub learning: Option<bool>,
     pub learning_file: Option<String>,
     pub precision: Option<String>,
+    pub surface: Option<String>,
+    pub always_load: Option<i64>,
+    pub clients: Option<Vec<ClientSurface>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSurface {
+    pub name: Option<String>,
+    pub surface: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -337,3 +337,42 @@ fn a_rules_plain_backend_must_be_configured_escapes_read_as_the_character() {
         assert!(err.contains("policy[0].backends") && err.contains("is not a configured backend"), "{unknown}: {err}");
     }
 }
+
+#[test]
+fn surfaces_are_set_globally_per_rule_and_per_client_and_named_when_wrong() {
+    let c = Config::parse("").unwrap();
+    assert_eq!((c.surface.default, c.surface.always_load), (SurfaceSetting::Auto, 5));
+    let c = Config::parse(
+        "[optimizer]\nsurface = \"tools\"\nalways_load = 3\n\
+         [[optimizer.clients]]\nname = \"cursor*\"\nsurface = \"deferred\"\n\
+         [[backends]]\nname = \"gh\"\nurl = \"http://x\"\n\
+         [[policy]]\nprincipals = [\"ci\"]\nbackends = [\"*\"]\nsurface = \"groups\"\n",
+    )
+    .unwrap();
+    assert_eq!((c.surface.default, c.surface.always_load), (SurfaceSetting::Tools, 3));
+    assert_eq!(c.surface.clients, [ClientSurface { name: "cursor*".into(), surface: SurfaceSetting::Deferred }]);
+    assert_eq!(
+        (c.surface.rules[0].principals.clone(), c.surface.rules[0].surface),
+        (vec!["ci".into()], SurfaceSetting::Groups)
+    );
+    assert_eq!(c.policy.len(), 1, "the rule still allows");
+    let err = Config::parse(
+        "[optimizer]\nsurface = \"lazy\"\nalways_load = 99\n\
+         [[optimizer.clients]]\nsurface = \"tools\"\n\
+         [[optimizer.clients]]\nname = \"x\"\n\
+         [[backends]]\nname = \"gh\"\nurl = \"http://x\"\n\
+         [[policy]]\nprincipals = [\"ci\"]\nbackends = [\"*\"]\neffect = \"deny\"\nsurface = \"tools\"\n",
+    )
+    .unwrap_err();
+    for key in [
+        "optimizer.surface",
+        "optimizer.always_load",
+        "optimizer.clients[0].name",
+        "optimizer.clients[1].surface",
+        "policy[0].surface",
+    ] {
+        assert!(err.problems.iter().any(|p| p.key == key), "{key}: {err}");
+    }
+    let err = Config::parse("[server]\nmode = \"passthrough\"\n[optimizer]\nsurface = \"deferred\"\n").unwrap_err();
+    assert!(err.problems.iter().any(|p| p.key == "optimizer.surface" && p.message.contains("optimizer mode")), "{err}");
+}

@@ -55,10 +55,14 @@ pub fn overview(gw: &Gateway, caller: &Caller, limits: &[crate::limits::Usage]) 
             })
         })
         .collect();
+    // Each live session and the surface its client was given: an admin's every one, anyone
+    // else's their own.
+    let sessions = gw.session_rows((!admin).then_some(caller.principal.as_str()));
     json!({
         "viewer": viewer(gw, caller),
         "status": gw.status_for(caller),
         "principals": principals,
+        "sessions": sessions.iter().take(crate::mcp::status::LISTED_SESSIONS).collect::<Vec<_>>(),
         "limits": limits,
     })
 }

@@ -24,6 +24,7 @@ use crate::mcp::relay::{Hub, SessionRelay};
 use crate::mcp::rounds::Parked;
 use crate::session::registry::Registry;
 use crate::session::shared::SharedSessions;
+use crate::session::surface::Surface;
 use crate::session::{Caller, Policy, Presented, SessionHandle, Snapshot, scope};
 use crate::store::Store;
 use crate::store::integrity::Integrity;
@@ -125,6 +126,8 @@ pub struct Gateway {
     /// `[results]`' bounds and the results kept past them (put in force by the app and
     /// reloads; the defaults until then).
     pub results: crate::results::Results,
+    /// `[optimizer] surface`: what each client is shown (put in force by the app and reloads).
+    pub surfaces: super::surface::Surfaces,
     /// `[audit]`, set by the app ([`Gateway::audit`]).
     audit: std::sync::OnceLock<crate::audit::Audit>,
     pub max_query_chars: usize,
@@ -218,6 +221,7 @@ impl Gateway {
             hooks: crate::hooks::Hooks::default(),
             scrubbing,
             results: crate::results::Results::new(&Default::default()),
+            surfaces: Default::default(),
             shared_sessions: std::sync::OnceLock::new(),
             ct: p.ct,
         })
@@ -291,22 +295,54 @@ impl Gateway {
         self.pinned.is_some()
     }
 
-    /// What a client lists from `snap`, as one number: when it changes, the client is told
-    /// (`tools/list_changed`). Every tool in passthrough mode; in optimizer mode, find_tool's
-    /// description (which the backends' health does not change) and the pinned tools.
-    pub fn listed(&self, snap: &Snapshot) -> u64 {
-        match self.mode {
-            Mode::Passthrough => snap.listed(),
-            Mode::Optimizer if self.pinned.is_some() => snap.listed_where(|t| self.is_pinned(t.name())),
-            Mode::Optimizer => {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                self.find_tool_text(snap).hash(&mut h);
-                if self.pinned.is_some() {
-                    snap.listed_where(|t| self.is_pinned(t.name())).hash(&mut h);
-                }
-                h.finish()
+    /// What a client with `surface` lists from `snap`, as one number: when it changes, the
+    /// client is told (`tools/list_changed`). Every tool in passthrough mode; in optimizer
+    /// mode, find_tool's description and what the surface lists beside it (every tool when
+    /// deferred, the top-level tools of groups, the pinned tools).
+    pub fn listed(&self, snap: &Snapshot, surface: Surface) -> u64 {
+        use std::hash::{Hash, Hasher};
+        if self.mode == Mode::Passthrough {
+            return snap.listed();
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.find_tool_text(snap).hash(&mut h);
+        match surface {
+            Surface::Deferred | Surface::Passthrough => snap.listed().hash(&mut h),
+            Surface::Groups => snap.listed_where(|t| self.listed_beside(t.name(), surface)).hash(&mut h),
+            Surface::Tools if self.pinned.is_some() => {
+                snap.listed_where(|t| self.listed_beside(t.name(), surface)).hash(&mut h)
             }
+            Surface::Tools => {}
+        }
+        h.finish()
+    }
+
+    /// In optimizer mode, whether a `tools` or `groups` client lists backend tool `name` beside
+    /// the meta-tools: pinned, or (groups) top-level.
+    pub fn listed_beside(&self, name: &str, surface: Surface) -> bool {
+        self.is_pinned(name)
+            || (surface == Surface::Groups && self.groups.as_ref().is_some_and(|g| g.is_top_level(name)))
+    }
+
+    /// The surface `session`'s client was given (before initialize: the mode's plainest).
+    pub fn surface_of(&self, session: &SessionHandle) -> Surface {
+        session.surface().map_or_else(|| self.plain_surface(), |c| c.surface)
+    }
+
+    /// The surface for `caller` whose client introduced itself with `client`.
+    pub fn choose_surface(
+        &self,
+        caller: &Caller,
+        client: super::surface::Client<'_>,
+    ) -> crate::session::surface::Choice {
+        self.surfaces.choose(self.mode, caller, client, self.groups.is_some())
+    }
+
+    /// What a client no choice was made for is shown: `passthrough` or `tools`.
+    pub fn plain_surface(&self) -> Surface {
+        match self.mode {
+            Mode::Passthrough => Surface::Passthrough,
+            Mode::Optimizer => Surface::Tools,
         }
     }
 
@@ -427,6 +463,11 @@ impl Gateway {
         let rx = self.epoch.subscribe();
         let notices = self.notices.subscribe();
         let handle = SessionHandle::new(caller.clone(), self.scope_for(&caller), self.limits.max_calls_per_session);
+        // Chosen before its worker starts: what the client lists is counted on its surface.
+        let info = peer.as_ref().and_then(|p| p.peer_info());
+        let client =
+            super::surface::Client::of(info.as_ref().map(|i| &i.client_info), info.as_ref().map(|i| &i.capabilities));
+        handle.set_surface(self.choose_surface(&caller, client));
         if let Some(peer) = peer {
             let relay = SessionRelay {
                 hub: self.relay.clone(),
@@ -531,7 +572,10 @@ async fn resync_worker(
     // and its groups (`[groups]`, for a client that declared the extension at initialize).
     let (mut told, rescoped) = match session.upgrade() {
         Some(s) => match gw.upgrade() {
-            Some(gw) => (Told { tools: gw.listed(&s.snapshot()), groups: gw.groups_listed(&s) }, s.rescoped.clone()),
+            Some(gw) => {
+                let tools = gw.listed(&s.snapshot(), gw.surface_of(&s));
+                (Told { tools, groups: gw.groups_listed(&s) }, s.rescoped.clone())
+            }
             None => return,
         },
         None => return,
@@ -553,7 +597,7 @@ async fn resync_worker(
         if !notice {
             continue;
         }
-        let listed = gw.listed(&next);
+        let listed = gw.listed(&next, gw.surface_of(&session));
         drop(next);
         if Box::pin(told.tell(&gw, &session, listed)).await.is_break() {
             return;

@@ -9,6 +9,7 @@ pub mod overview;
 pub mod relay;
 pub mod rounds;
 pub mod status;
+pub mod surface;
 pub mod tasks;
 
 pub use gateway::Gateway;

@@ -103,10 +103,29 @@ pub struct BackendStatus {
 pub struct SessionStatus {
     pub live: usize,
     pub mode: String,
+    /// Live sessions by the surface their client was given.
+    pub by_surface: std::collections::BTreeMap<&'static str, usize>,
+    /// Each live session (admins only; at most [`LISTED_SESSIONS`]).
+    pub list: Vec<SessionRow>,
     /// The store sessions are shared through (`[sessions] store = "redis"`); absent when they
     /// live in this process only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store: Option<crate::session::shared::StoreStatus>,
+}
+
+/// Sessions `/status` lists one by one, at most (the count is `live`).
+pub const LISTED_SESSIONS: usize = 200;
+
+/// One live session: whose, which client, and what it is shown.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionRow {
+    /// A hash of its id (as the audit trail names it); absent for stdio's one session.
+    pub session: Option<String>,
+    pub principal: String,
+    /// Its `clientInfo.name` and version.
+    pub client: Option<String>,
+    pub surface: &'static str,
+    pub why: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -149,8 +168,37 @@ impl Gateway {
         integrity["ledger"] = serde_json::Value::Null;
         v["reload"]["last"] = serde_json::Value::Null;
         v["reload"]["last_error"] = serde_json::Value::Null;
+        v["sessions"]["list"] = serde_json::Value::Null;
         v["details"] = false.into();
         v
+    }
+
+    /// Live sessions, `only` one principal's, ordered by principal then client.
+    pub fn session_rows(&self, only: Option<&str>) -> Vec<SessionRow> {
+        let mut rows: Vec<SessionRow> = (self.registry().sessions().into_iter())
+            .filter_map(|(id, s)| {
+                let principal = s.caller().principal.clone();
+                if only.is_some_and(|p| p != principal) {
+                    return None;
+                }
+                let client = s.peer().and_then(|p| p.peer_info()).map(|i| {
+                    let c = &i.client_info;
+                    if c.version.is_empty() { c.name.clone() } else { format!("{} {}", c.name, c.version) }
+                });
+                let (surface, why) = s
+                    .surface()
+                    .map_or((self.plain_surface().name(), String::new()), |c| (c.surface.name(), c.why.clone()));
+                Some(SessionRow {
+                    session: id.map(|i| crate::audit::session_hash(&i)),
+                    principal,
+                    client,
+                    surface,
+                    why,
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| (&a.principal, &a.client, &a.session).cmp(&(&b.principal, &b.client, &b.session)));
+        rows
     }
 
     /// Whether a backend is shown to `caller`, who is not an admin: one their policy lets them
@@ -206,6 +254,7 @@ impl Gateway {
                 }
             })
             .collect();
+        let sessions = self.session_rows(None);
         let embedder = match self.store.embedder() {
             None => EmbedderStatus { model: None, state: "none" },
             Some(e) => EmbedderStatus {
@@ -234,6 +283,11 @@ impl Gateway {
             sessions: SessionStatus {
                 live: self.session_count(),
                 mode,
+                by_surface: sessions.iter().fold(Default::default(), |mut by, r| {
+                    *by.entry(r.surface).or_default() += 1;
+                    by
+                }),
+                list: sessions.into_iter().take(LISTED_SESSIONS).collect(),
                 store: self.shared_sessions().map(|s| s.status()),
             },
             embedder,
@@ -369,6 +423,15 @@ pub fn table(s: &serde_json::Value) -> String {
     for r in &rows {
         let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    if let Some(by) = s["sessions"]["by_surface"].as_object().filter(|b| !b.is_empty()) {
+        let parts: Vec<String> = by.iter().map(|(surface, n)| format!("{n} {surface}")).collect();
+        let _ = writeln!(out, "sessions by surface: {}", parts.join(", "));
+        for r in s["sessions"]["list"].as_array().into_iter().flatten() {
+            let session = r["session"].as_str().unwrap_or("(stdio)");
+            let client = r["client"].as_str().unwrap_or("(no name)");
+            let _ = writeln!(out, "  {session}  {}  {client}: {}", text(&r["principal"]), text(&r["why"]));
+        }
     }
     if let Some(store) = s["sessions"]["store"].as_object() {
         let error = match (store["last_error"].as_str(), store["last_error_secs_ago"].as_u64()) {

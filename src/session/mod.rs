@@ -11,6 +11,7 @@
 
 pub mod registry;
 pub mod shared;
+pub mod surface;
 pub mod usage;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -306,6 +307,8 @@ pub struct SessionHandle {
     pub rescoped: Arc<tokio::sync::Notify>,
     /// Its last find_tool, and the labels its calls have given (learning from use).
     pub usage: usage::Usage,
+    /// What its client is shown; set at initialize.
+    surface: OnceLock<surface::Choice>,
 }
 
 /// What changed when a request presented its caller to its session.
@@ -333,6 +336,7 @@ impl SessionHandle {
             farewell: std::sync::Mutex::new(None),
             rescoped: Arc::default(),
             usage: Default::default(),
+            surface: OnceLock::new(),
         })
     }
 
@@ -398,6 +402,15 @@ impl SessionHandle {
 
     pub fn peer(&self) -> Option<&Peer<RoleServer>> {
         self.peer.get()
+    }
+
+    /// What its client is shown (set once, at initialize; `None` before).
+    pub fn surface(&self) -> Option<&surface::Choice> {
+        self.surface.get()
+    }
+
+    pub fn set_surface(&self, choice: surface::Choice) {
+        let _ = self.surface.set(choice);
     }
 }
 

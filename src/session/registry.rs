@@ -91,6 +91,13 @@ impl Registry {
         inner.by_id.values().filter(|e| &*e.owner == principal).count()
     }
 
+    /// Sessions initialised and not ended, with their HTTP id if they have one.
+    pub fn sessions(&self) -> Vec<(Option<Arc<str>>, Arc<SessionHandle>)> {
+        let inner = self.inner.lock().expect("registry lock");
+        let named = inner.by_id.iter().filter_map(|(id, e)| Some((Some(id.clone()), e.handle.upgrade()?)));
+        named.chain(inner.unnamed.iter().filter_map(|w| Some((None, w.upgrade()?)))).collect()
+    }
+
     /// Sessions initialised and not ended.
     pub fn live(&self) -> usize {
         let inner = self.inner.lock().expect("registry lock");

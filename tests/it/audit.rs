@@ -1,4 +1,4 @@
-//! The audit trail over MCP: every action writes its line with who, what, the decision and how
+//! The audit trail over MCP: every action (a session's start too) writes its line with who, what, the decision and how
 //! it ended; arguments and request texts appear only when asked; the file is its owner's; the
 //! chain verifies with `toolmux audit verify` and breaks where a line is edited.
 
@@ -72,6 +72,11 @@ async fn every_action_writes_its_line_and_the_chain_shows_an_edit() {
         base16ct::lower::encode_string(&<sha2::Sha256 as sha2::Digest>::digest(br#"{"input":"hunter2-secret"}"#));
     assert_eq!(line["arguments_sha256"], digest.as_str());
     assert!(line["result_bytes"].as_u64().unwrap() > 0 && line["latency_ms"].as_f64().is_some(), "{line}");
+    // The session's start, with the surface its client was given.
+    let start =
+        line_where(&file, "alice's session start", |l| l["action"] == "initialize" && l["client"] == "raw").await;
+    assert_eq!((start["target"].as_str(), start["detail"].as_str()), (Some("passthrough"), Some("passthrough mode")));
+    assert_eq!(start["session"], line["session"], "the same session");
 
     // bob: a tool outside his scope (denied), then his one call and one over his limit.
     let (bob, _) = client_with_auth(&app, Some("bob")).await;
@@ -201,8 +206,8 @@ async fn a_full_disk_is_counted_and_refuses_when_asked() {
     for (setting, refuses) in [("on_failure = \"refuse\"\n", true), ("", false)] {
         let audit = format!("file = \"/dev/full\"\n{setting}");
         let app = gateway(&config("passthrough", &kit.url, &audit, ""), EmbedderChoice::None).await;
+        // The session's start is the first line lost.
         let (alice, _) = client_with_auth(&app, Some("alice")).await;
-        call_ok(&alice, "kit_echo").await;
         let metrics = format!("http://{}/metrics", app.addr.unwrap());
         let lost = eventually(std::time::Duration::from_secs(10), || async {
             let text = reqwest::get(&metrics).await.unwrap().text().await.unwrap();

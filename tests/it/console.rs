@@ -157,6 +157,9 @@ async fn the_console_in_a_real_browser() {
     // An agent's session, so that the overview has one to show.
     let (agent, _) = client(&app).await;
     wait_for(&b, "#principals tr[data-principal=anonymous]").await;
+    // …with the surface its client was given (the test client is in no host's entry).
+    let row = wait_for(&b, "#sessions tr[data-surface=tools]").await;
+    assert!(row.text().await.unwrap().contains("toolmux-tests"), "the session's client is named");
     screenshot(&b, "overview").await;
 
     // The playground: a request run in the page lists what the endpoint ranks, in its order,
@@ -311,6 +314,8 @@ async fn the_consoles_views_are_the_callers_own() {
     let overview: Value = get("/api/overview", Some("bob")).await.unwrap().json().await.unwrap();
     assert_eq!(overview["viewer"]["admin"], false);
     assert!(overview["principals"].as_array().unwrap().iter().all(|p| p["principal"] == "bob"), "{overview}");
+    assert_eq!(overview["sessions"], json!([]), "alice's session is not bob's to see");
+    assert!(overview["status"]["sessions"]["list"].is_null());
     assert_eq!(overview["status"]["details"], false);
     let shown: Vec<&str> =
         overview["status"]["backends"].as_array().unwrap().iter().map(|b| b["name"].as_str().unwrap()).collect();
@@ -334,6 +339,8 @@ async fn the_consoles_views_are_the_callers_own() {
     // alice (admin): everyone's sessions, any scope, and what bob's scope excludes.
     let overview: Value = get("/api/overview", Some("alice")).await.unwrap().json().await.unwrap();
     assert!(overview["principals"].as_array().unwrap().iter().any(|p| p["principal"] == "alice" && p["sessions"] == 1));
+    let sessions = overview["sessions"].as_array().unwrap();
+    assert!(sessions.iter().any(|s| s["principal"] == "alice" && s["surface"] == "tools"), "{sessions:?}");
     let as_bob: Value = post("/api/search", "alice", json!({"request": "create a ticket in jira", "principal": "bob"}))
         .await
         .unwrap()

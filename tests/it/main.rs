@@ -34,5 +34,6 @@ mod rounds;
 mod scrub;
 mod search;
 mod sessions;
+mod surface;
 mod tasks;
 mod tenants;

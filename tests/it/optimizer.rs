@@ -72,6 +72,15 @@ async fn without_pins_optimizer_lists_only_its_own_tools() {
     let app = gateway(&toml, EmbedderChoice::None).await;
     let (c, _) = client(&app).await;
     assert_eq!(names(&c.list_all_tools().await.unwrap()), ["find_tool", "call_tool", "read_result"]);
+    // find_tool's description is written from the catalog, so the list can change.
+    assert_eq!(c.peer_info().unwrap().capabilities.tools.as_ref().unwrap().list_changed, Some(true));
+    // An operator's fixed description: nothing listed ever changes, and none is announced.
+    let fixed = toml.replace(
+        "mode = \"optimizer\"\n",
+        "mode = \"optimizer\"\n[optimizer]\nfind_tool_description = \"Finds tools.\"\n",
+    );
+    let app = gateway(&fixed, EmbedderChoice::None).await;
+    let (c, _) = client(&app).await;
     assert!(c.peer_info().unwrap().capabilities.tools.as_ref().unwrap().list_changed.is_none());
 }
 

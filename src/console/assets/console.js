@@ -100,6 +100,11 @@ async function overview() {
     el('td', {}, p.tasks_finished), el('td', {}, p.sessionless ? 'yes' : 'no')))
     : [el('tr', {}, el('td', { colspan: 5, class: 'empty' }, 'no sessions or tasks'))];
   fill(document.querySelector('#principals tbody'), principals);
+  const sessions = data.sessions.length ? data.sessions.map(x => el('tr', { 'data-session': x.session || 'stdio', 'data-surface': x.surface },
+    el('td', {}, x.session || '(stdio)'), el('td', {}, x.principal), el('td', {}, x.client || '(no name)'),
+    el('td', {}, x.surface), el('td', {}, x.why)))
+    : [el('tr', {}, el('td', { colspan: 5, class: 'empty' }, 'no live sessions'))];
+  fill(document.querySelector('#sessions tbody'), sessions);
   const limits = data.limits.length ? data.limits.map(u => el('tr', { 'data-limit': u.rule + ' ' + u.limit, 'data-principal': u.principal },
     el('td', {}, u.principal === '*' ? '(everyone, shared)' : u.principal), el('td', {}, u.rule), el('td', {}, u.limit),
     el('td', { class: u.used >= u.allowed ? 'error' : null }, u.used), el('td', {}, u.allowed)))

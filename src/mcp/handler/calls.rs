@@ -36,17 +36,17 @@ struct Note {
 
 impl GatewayHandler {
     /// Forwards the call of the tool exposed as `name` in `snap`, or answers why it cannot be,
-    /// and writes its line in the audit trail.
+    /// and writes its line in the audit trail as `action` (`tools/call` when the client called
+    /// the tool by its name, `call_tool` when through the meta-tool).
     pub(super) async fn forward_call(
         &self,
         snap: &Snapshot,
         name: &str,
         params: CallToolRequestParams,
         ctx: &RequestContext<RoleServer>,
+        action: &'static str,
     ) -> Result<CallToolResponse, ErrorData> {
         let started = std::time::Instant::now();
-        let action =
-            if self.gw.mode == Mode::Optimizer && !self.gw.is_pinned(name) { "call_tool" } else { "tools/call" };
         let (arguments_sha256, arguments) = self.gw.audit().arguments(params.arguments.as_ref());
         let mut note = Note { backend: None, tool: None, decision: "allowed", detail: None, hooked: None };
         let mut response = self.forward(snap, name, params, ctx, &mut note).await;
@@ -74,6 +74,10 @@ impl GatewayHandler {
                 && r.is_error != Some(true)
             {
                 learned.record_size(&t.key, crate::catalog::tokens_of(&*r));
+            }
+            // What the caller uses most is what a deferred client loads up front.
+            if self.gw.mode == Mode::Optimizer && r.is_error != Some(true) {
+                self.gw.surfaces.used(&snap.caller.principal, name);
             }
             let bound = self.gw.results.bound(&snap.caller, backend, tool);
             let schema = || snap.tool(name).and_then(|t| t.tool.output_schema.as_ref()).map(|s| (**s).clone().into());

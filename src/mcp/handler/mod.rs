@@ -48,6 +48,7 @@ mod kept;
 mod lifecycle;
 mod resources;
 pub mod search;
+mod surface;
 mod tasks;
 
 pub struct GatewayHandler {
@@ -257,7 +258,10 @@ impl ServerHandler for GatewayHandler {
             if let Some(Restored(record)) = restored {
                 self.resume(&session, record, &context).await;
             }
-            self.negotiate_initialize(&request)
+            self.audit_start(&context, &session);
+            let mut result = self.negotiate_initialize(&request)?;
+            self.introduce(&mut result, &session);
+            Ok(result)
         })
         .await
     }
@@ -269,26 +273,7 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<ListToolsResult, ErrorData> {
         self.measured("tools/list", &context, async {
             let snap = self.snapshot(&context);
-            let tools = match self.gw.mode {
-                Mode::Optimizer => {
-                    let mut tools = vec![meta::find_tool(Some(self.gw.find_tool_text(&snap))), meta::call_tool()];
-                    // read_result beside them, for hosts that cannot read kept results as resources.
-                    if self.offers_read_result(&snap) {
-                        tools.push(crate::results::read::tool());
-                    }
-                    tools.extend(snap.tools().filter(|t| self.gw.is_pinned(t.name())).map(|t| t.tool.clone()));
-                    tools
-                }
-                // A client of groups lists the top-level tools; the rest come with their group.
-                // The backends' tools alone: passthrough clients read kept results as resources
-                // (and may still call read_result by name).
-                Mode::Passthrough => match (&self.gw.groups, self.wants_groups(&context)) {
-                    (Some(groups), true) => {
-                        snap.tools().filter(|t| groups.is_top_level(t.name())).map(|t| self.served(&snap, t)).collect()
-                    }
-                    _ => snap.tools().map(|t| self.served(&snap, t)).collect(),
-                },
-            };
+            let tools = self.listing(&snap, self.surface(&context));
             self.count_listed(&context, &tools);
             Ok(ListToolsResult::with_all_items(tools))
         })
@@ -309,7 +294,7 @@ impl ServerHandler for GatewayHandler {
             Mode::Passthrough => {
                 let name = request.name.to_string();
                 tracing::Span::current().record("tool", name.as_str());
-                return self.forward_call(&snap, &name, request, &context).await;
+                return self.forward_call(&snap, &name, request, &context, "tools/call").await;
             }
             Mode::Optimizer => match request.name.as_ref() {
                 READ_RESULT if self.offers_read_result(&snap) => {
@@ -329,14 +314,18 @@ impl ServerHandler for GatewayHandler {
                             CallToolRequestParams::new(args.tool_name.clone()).with_arguments(args.parameters);
                         inner.input_responses = request.input_responses;
                         inner.request_state = request.request_state;
-                        return self.forward_call(&snap, &args.tool_name, inner, &context).await;
+                        return self.forward_call(&snap, &args.tool_name, inner, &context, "call_tool").await;
                     }
                 },
-                // A pinned tool, or (with groups) a tool a group disclosed, called by its own name.
-                other if self.gw.is_pinned(other) || (self.gw.groups.is_some() && snap.tool(other).is_some()) => {
+                // A pinned tool, or one listed (deferred) or that a group disclosed, called by
+                // its own name.
+                other
+                    if self.gw.is_pinned(other)
+                        || (self.surface(&context).calls_by_name() && snap.tool(other).is_some()) =>
+                {
                     let name = other.to_string();
                     tracing::Span::current().record("tool", name.as_str());
-                    return self.forward_call(&snap, &name, request, &context).await;
+                    return self.forward_call(&snap, &name, request, &context, "tools/call").await;
                 }
                 other => meta::error_result(format!(
                     "unknown tool `{other}`: this gateway offers find_tool (to search) and call_tool (to run what find_tool returns)"
@@ -437,13 +426,14 @@ impl ServerHandler for GatewayHandler {
         let caller = self.caller_of(context.request_context());
         let mut epochs = self.gw.subscribe_scopes();
         // What the listener was last told, as a number: a long-lived stream pins no generation.
-        let mut current = self.gw.listed(&self.gw.scope_for(&caller));
+        let surface = self.surface(context.request_context());
+        let mut current = self.gw.listed(&self.gw.scope_for(&caller), surface);
         loop {
             tokio::select! {
                 _ = context.cancelled() => return Ok(()),
                 r = epochs.changed() => if r.is_err() { return Ok(()) },
             }
-            let next = self.gw.listed(&self.gw.scope_for(&caller));
+            let next = self.gw.listed(&self.gw.scope_for(&caller), surface);
             if current != next {
                 if context.sink().notify_tool_list_changed().await.is_err() {
                     return Ok(());
