@@ -10,10 +10,13 @@
 # request tied to no call reaches the session whose call needs it. The Python SDK's legacy SSE
 # server as a `transport = "sse"` backend (tests/sdk/sse_backend.py) checks the 2024-11-05
 # transport: calls, identity headers, and a fresh connection after the backend restarts. Every
-# agent host's entry in docs/clients.md is run as written (tests/sdk/clients.py).
+# agent host's entry in docs/clients.md is run as written (tests/sdk/clients.py), and the Python
+# SDK presents each host's name and capabilities to get the surface docs/clients.md gives it
+# (tests/sdk/hosts.py); the real Claude Code CLI adds toolmux with `claude mcp add` and checks it
+# with `claude mcp list`, no account needed (tests/sdk/claude-code.sh).
 #
-# Installs the pinned SDKs into a cache folder on first use (a Python virtual environment, and an
-# npm prefix), and redis-server (scripts/redis.sh). Needs python3 with venv, node ≥ 18 and npm.
+# Installs the pinned SDKs and Claude Code into a cache folder on first use (a Python virtual
+# environment, and npm prefixes), and redis-server (scripts/redis.sh). Needs python3 with venv, node ≥ 18 and npm.
 set -euo pipefail
 # A command that ends the script (set -e) names its line, so a failure is never silent.
 trap 'echo "sdk: stopped at line $LINENO (exit $?)" >&2' ERR
@@ -21,6 +24,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 python_sdk=2.3.0
 typescript_sdk=1.32.2
+claude_code=2.1.197
 pyyaml=6.0.2
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/toolmux/sdk"
 target="${CARGO_TARGET_DIR:-$root/target}"
@@ -34,6 +38,13 @@ if ! "$venv/bin/python" -c "import mcp, yaml" 2>/dev/null; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$python_sdk" "pyyaml==$pyyaml"
 fi
 npm_prefix="$cache/typescript-sdk-$typescript_sdk"
+claude_prefix="$cache/claude-code-$claude_code"
+if [ ! -x "$claude_prefix/node_modules/.bin/claude" ]; then
+  echo "sdk: installing @anthropic-ai/claude-code@$claude_code into $claude_prefix"
+  mkdir -p "$claude_prefix"
+  echo '{"private": true}' > "$claude_prefix/package.json"
+  npm install --prefix "$claude_prefix" --no-audit --no-fund --loglevel=error "@anthropic-ai/claude-code@$claude_code"
+fi
 if [ ! -f "$npm_prefix/node_modules/@modelcontextprotocol/sdk/package.json" ]; then
   echo "sdk: installing @modelcontextprotocol/sdk@$typescript_sdk into $npm_prefix"
   mkdir -p "$npm_prefix"
@@ -41,7 +52,7 @@ if [ ! -f "$npm_prefix/node_modules/@modelcontextprotocol/sdk/package.json" ]; t
   npm install --prefix "$npm_prefix" --no-audit --no-fund --loglevel=error "@modelcontextprotocol/sdk@$typescript_sdk"
 fi
 # Node resolves the SDK from the script's own folder: run copies that sit beside node_modules.
-cp tests/sdk/client.mjs tests/sdk/unlinked-server.mjs tests/sdk/unlinked-client.mjs "$npm_prefix/"
+cp tests/sdk/client.mjs tests/sdk/hosts.mjs tests/sdk/unlinked-server.mjs tests/sdk/unlinked-client.mjs "$npm_prefix/"
 
 cargo build --locked --bin toolmux
 bin="$target/debug/toolmux"
@@ -88,7 +99,10 @@ TOML
 
 for mode in passthrough optimizer; do
   config="$work/$mode.toml"
-  gateway_config "$mode" > "$config"
+  # Groups on in optimizer mode: only a client that declares them sees a difference (hosts.py).
+  extra=""
+  [ "$mode" = optimizer ] && extra=$(printf '[groups]\nenabled = true')
+  gateway_config "$mode" "$extra" > "$config"
   "$bin" serve --config "$config" > "$work/gateway.out" 2> "$work/gateway.out.err" &
   gateway=$!
   pids+=("$gateway")
@@ -98,6 +112,10 @@ for mode in passthrough optimizer; do
   run "python-sdk $mode http" "$venv/bin/python" tests/sdk/client.py "$mode" "$url"
   run "python-sdk (legacy) $mode http" "$venv/bin/python" tests/sdk/client.py "$mode" "$url" --legacy
   run "typescript-sdk $mode http" node "$npm_prefix/client.mjs" "$mode" "$url"
+  if [ "$mode" = optimizer ]; then
+    run "python-sdk as each agent host" "$venv/bin/python" tests/sdk/hosts.py "$url"
+    run "typescript-sdk as agent hosts" node "$npm_prefix/hosts.mjs" "$url"
+  fi
   run "python-sdk $mode stdio" "$venv/bin/python" tests/sdk/client.py "$mode" --stdio "$bin" serve --stdio --config "$config"
   run "typescript-sdk $mode stdio" node "$npm_prefix/client.mjs" "$mode" --stdio "$bin" serve --stdio --config "$config"
 
@@ -105,6 +123,18 @@ for mode in passthrough optimizer; do
   wait "$gateway" 2>/dev/null || true
   : > "$work/gateway.out"
 done
+
+# The real Claude Code CLI against a gateway of its own, whose audit trail says what it was given.
+gateway_config optimizer "$(printf '[audit]\nfile = "%s"' "$work/audit.jsonl")" > "$work/claude.toml"
+"$bin" serve --config "$work/claude.toml" > "$work/gateway.out" 2> "$work/gateway.out.err" &
+gateway=$!
+pids+=("$gateway")
+url=$(first_line "$work/gateway.out" "toolmux (claude code)" | grep -o 'http://[^ ]*')
+wait_ready "$url"
+run "claude code's own claude mcp commands" tests/sdk/claude-code.sh "$claude_prefix/node_modules/.bin/claude" "$url" "$work/audit.jsonl"
+kill "$gateway"
+wait "$gateway" 2>/dev/null || true
+: > "$work/gateway.out"
 
 # Each agent host's entry in docs/clients.md, parsed as its host does and run as written with the
 # TypeScript SDK's stdio client (the hosts' own way to start a server).
