@@ -2,6 +2,7 @@
 //! under, the text that search embeds, and its token weight. Naming and conflict resolution live
 //! here too. Pure functions over data: no async, no I/O.
 
+pub mod apps;
 pub mod ledger;
 pub mod text;
 
@@ -107,6 +108,7 @@ impl Catalog {
                 }
                 let mut exposed_tool = tool.clone();
                 exposed_tool.name = exposed.clone().into();
+                apps::rewrite(&mut exposed_tool, listing.backend);
                 let overridden = ov.and_then(|o| o.description.clone());
                 // An operator's own description is trusted; the backend's is checked.
                 let flags = if overridden.is_none() { fenced(&mut exposed_tool) } else { Vec::new() };

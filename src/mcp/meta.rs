@@ -253,7 +253,8 @@ const COMPACT_DESCRIPTION_CHARS: usize = 200;
 /// A tool as a compact find_tool answer shows it: its name, the first sentence of its
 /// description, and its input schema with the required properties whole and each optional one
 /// reduced to its type (so the model knows it exists; `describe` gives the rest). Everything
-/// else (title, output schema, annotations, icons, `_meta`) is left out.
+/// else (title, output schema, annotations, icons, `_meta`) is left out, but the link to the
+/// tool's App (`_meta.ui`, MCP Apps), without which a host could not render it.
 pub fn compact(tool: &Tool) -> Tool {
     // A flagged tool's warning (see `crate::fence`) is kept whole in front of the sentence.
     let description = match tool.description.as_deref() {
@@ -291,7 +292,9 @@ pub fn compact(tool: &Tool) -> Tool {
     if !required.is_empty() {
         input.insert("required".into(), json!(required));
     }
-    Tool::new(tool.name.clone(), description, Arc::new(input))
+    let mut out = Tool::new(tool.name.clone(), description, Arc::new(input));
+    out.meta = crate::catalog::apps::meta_of(tool).map(rmcp::model::MetaObject);
+    out
 }
 
 /// The first sentence (or line) of `text`, at most [`COMPACT_DESCRIPTION_CHARS`] characters.

@@ -122,3 +122,20 @@ fn describe_is_a_boolean() {
     let e = parse_find(Some(&obj(json!({"tool_description": "x", "describe": 3})))).unwrap_err();
     assert_eq!(e, "describe must be true or false; got a number");
 }
+
+#[test]
+fn a_compact_tool_keeps_the_link_to_its_app_and_no_other_meta() {
+    let schema = std::sync::Arc::new(json!({"type": "object"}).as_object().unwrap().clone());
+    let mut meta = rmcp::model::MetaObject::default();
+    meta.0.insert("ui".into(), json!({"resourceUri": "ui://vanilla/get-time/app.html", "prefersBorder": true}));
+    meta.0.insert("vendor/secret-ish".into(), json!("left out"));
+    let tool = rmcp::model::Tool::new("vanilla_get-time", "Gets the time.", schema.clone()).with_meta(meta);
+    let got = serde_json::to_value(crate::mcp::meta::compact(&tool)).unwrap();
+    assert_eq!(
+        got["_meta"],
+        json!({"ui": {"resourceUri": "ui://vanilla/get-time/app.html", "prefersBorder": true},
+               "ui/resourceUri": "ui://vanilla/get-time/app.html"})
+    );
+    let plain = rmcp::model::Tool::new("t", "T.", schema);
+    assert!(serde_json::to_value(crate::mcp::meta::compact(&plain)).unwrap().get("_meta").is_none());
+}

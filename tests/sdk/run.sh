@@ -13,7 +13,9 @@
 # agent host's entry in docs/clients.md is run as written (tests/sdk/clients.py), and the Python
 # SDK presents each host's name and capabilities to get the surface docs/clients.md gives it
 # (tests/sdk/hosts.py); the real Claude Code CLI adds toolmux with `claude mcp add` and checks it
-# with `claude mcp list`, no account needed (tests/sdk/claude-code.sh).
+# with `claude mcp list`, no account needed (tests/sdk/claude-code.sh). MCP Apps: the official
+# example server behind toolmux, its App read and rendered in Chromium by the ext-apps SDK's host
+# side (tests/sdk/apps).
 #
 # Installs the pinned SDKs and Claude Code into a cache folder on first use (a Python virtual
 # environment, and npm prefixes), and redis-server (scripts/redis.sh). Needs python3 with venv, node ≥ 18 and npm.
@@ -25,6 +27,10 @@ root=$PWD
 python_sdk=2.3.0
 typescript_sdk=1.32.2
 claude_code=2.1.197
+ext_apps=2.0.4
+apps_server=2.0.3
+esbuild=0.25.10
+puppeteer=24.22.0
 pyyaml=6.0.2
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/toolmux/sdk"
 target="${CARGO_TARGET_DIR:-$root/target}"
@@ -39,6 +45,18 @@ if ! "$venv/bin/python" -c "import mcp, yaml" 2>/dev/null; then
 fi
 npm_prefix="$cache/typescript-sdk-$typescript_sdk"
 claude_prefix="$cache/claude-code-$claude_code"
+# MCP Apps: the official example server, the ext-apps SDK's host side, esbuild to bundle the
+# host page, and puppeteer-core to drive Chromium (tests/sdk/apps).
+apps_prefix="$cache/mcp-apps-$ext_apps"
+if [ ! -f "$apps_prefix/node_modules/@modelcontextprotocol/server-basic-vanillajs/package.json" ]; then
+  echo "sdk: installing @modelcontextprotocol/ext-apps@$ext_apps and its example server into $apps_prefix"
+  mkdir -p "$apps_prefix"
+  echo '{"private": true, "type": "module"}' > "$apps_prefix/package.json"
+  npm install --prefix "$apps_prefix" --no-audit --no-fund --loglevel=error \
+    "@modelcontextprotocol/ext-apps@$ext_apps" "@modelcontextprotocol/server-basic-vanillajs@$apps_server" \
+    "esbuild@$esbuild" "puppeteer-core@$puppeteer"
+fi
+cp tests/sdk/apps/apps.mjs tests/sdk/apps/host.mjs "$apps_prefix/"
 if [ ! -x "$claude_prefix/node_modules/.bin/claude" ]; then
   echo "sdk: installing @anthropic-ai/claude-code@$claude_code into $claude_prefix"
   mkdir -p "$claude_prefix"
@@ -134,6 +152,36 @@ wait_ready "$url"
 run "claude code's own claude mcp commands" tests/sdk/claude-code.sh "$claude_prefix/node_modules/.bin/claude" "$url" "$work/audit.jsonl"
 kill "$gateway"
 wait "$gateway" 2>/dev/null || true
+: > "$work/gateway.out"
+
+# MCP Apps: the official example server behind toolmux, read and rendered in Chromium by the
+# ext-apps host side, its App calling back through toolmux (tests/sdk/apps/apps.mjs).
+scripts/chromium.sh
+chromium=$(command -v chromium || command -v chromium-browser)
+token_hash() { python3 -c 'import hashlib, sys; print(hashlib.sha256(sys.argv[1].encode()).hexdigest())' "$1"; }
+{
+  printf '[server]\nlisten = "127.0.0.1:0"\nmode = "passthrough"\n[auth]\nmode = "bearer"\n'
+  for p in alice bob carol; do printf '[[auth.tokens]]\nprincipal = "%s"\nsha256 = "%s"\n' "$p" "$(token_hash "$p")"; done
+  printf '[[policy]]\nprincipals = ["alice"]\nbackends = ["*"]\n'
+  printf '[[policy]]\nprincipals = ["bob"]\nbackends = ["kit"]\n'
+  printf '[[policy]]\nprincipals = ["carol"]\nbackends = ["vanilla"]\ntools = ["get-time"]\n'
+  printf '[[backends]]\nname = "vanilla"\ncommand = "node"\nargs = ["%s", "--stdio"]\n' \
+    "$apps_prefix/node_modules/@modelcontextprotocol/server-basic-vanillajs/dist/index.js"
+  printf '[[backends]]\nname = "kit"\ncommand = "%s"\nargs = ["backend", "testkit", "--stdio"]\n' "$bin"
+} > "$work/apps.toml"
+sed 's/^mode = "passthrough"$/mode = "optimizer"/' "$work/apps.toml" > "$work/apps-optimizer.toml"
+"$bin" serve --config "$work/apps.toml" > "$work/gateway.out" 2> "$work/gateway.out.err" &
+gateway=$!
+"$bin" serve --config "$work/apps-optimizer.toml" > "$work/optimizer.out" 2> "$work/optimizer.out.err" &
+optimizer=$!
+pids+=("$gateway" "$optimizer")
+url=$(first_line "$work/gateway.out" "toolmux (apps)" | grep -o 'http://[^ ]*')
+optimizer_url=$(first_line "$work/optimizer.out" "toolmux (apps, optimizer)" | grep -o 'http://[^ ]*')
+wait_ready "$url"
+wait_ready "$optimizer_url"
+run "mcp apps through toolmux, rendered in chromium" node "$apps_prefix/apps.mjs" "$url" "$chromium" "$optimizer_url"
+kill "$gateway" "$optimizer"
+wait "$gateway" "$optimizer" 2>/dev/null || true
 : > "$work/gateway.out"
 
 # Each agent host's entry in docs/clients.md, parsed as its host does and run as written with the

@@ -149,7 +149,7 @@ impl GatewayHandler {
             rounds::answer_asks(&mut call, params.input_responses.take().unwrap_or_default());
             return self.drive(call, ctx).await;
         }
-        let Some(tool) = snap.tool(name) else {
+        let Some(tool) = snap.tool(name).or_else(|| super::apps::app_named(snap, name)) else {
             // Outside the caller's scope but in the catalog: the policy (or a backend that is
             // down) keeps it out; the answer is the same as for a name that does not exist.
             let known = snap.generation.catalog.position(name).is_some();

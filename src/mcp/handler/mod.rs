@@ -34,6 +34,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 
+use self::apps::{served_as, with_app};
 use super::gateway::Gateway;
 use super::meta::{self, CALL_TOOL, FIND_TOOL};
 use crate::config::Mode;
@@ -42,6 +43,7 @@ use crate::session::shared::{Change, Restored, SessionKey};
 use crate::session::{Access, Caller, SessionHandle, Snapshot};
 use crate::upstream::{Answer, Backend, CallError, Link};
 
+mod apps;
 mod calls;
 mod groups;
 mod kept;
@@ -314,14 +316,17 @@ impl ServerHandler for GatewayHandler {
                             CallToolRequestParams::new(args.tool_name.clone()).with_arguments(args.parameters);
                         inner.input_responses = request.input_responses;
                         inner.request_state = request.request_state;
-                        return self.forward_call(&snap, &args.tool_name, inner, &context, "call_tool").await;
+                        let answer = self.forward_call(&snap, &args.tool_name, inner, &context, "call_tool").await;
+                        return Ok(with_app(&snap, &args.tool_name, answer?));
                     }
                 },
-                // A pinned tool, or one listed (deferred) or that a group disclosed, called by
-                // its own name.
+                // A pinned tool, one listed (deferred) or that a group disclosed, called by its
+                // own name, or an App's call.
                 other
                     if self.gw.is_pinned(other)
-                        || (self.surface(&context).calls_by_name() && snap.tool(other).is_some()) =>
+                        || (self.surface(&context).calls_by_name() && snap.tool(other).is_some())
+                        // An App calls its server's tools by their own names, on any surface.
+                        || apps::app_named(&snap, other).is_some() =>
                 {
                     let name = other.to_string();
                     tracing::Span::current().record("tool", name.as_str());
@@ -451,8 +456,7 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<ListResourcesResult, ErrorData> {
         self.measured("resources/list", &context, async {
             let caller = self.caller(&context);
-            let out = self.merged(&caller, |l| &l.resources, |r| r.uri.clone());
-            Ok(ListResourcesResult::with_all_items(out))
+            Ok(ListResourcesResult::with_all_items(self.resources(&caller)))
         })
         .await
     }
@@ -486,7 +490,12 @@ impl ServerHandler for GatewayHandler {
                     note.decision = "allowed";
                     return self.read_kept(&uri, &context).await.map(ReadResourceResponse::Complete);
                 }
-                let Some(backend) = self.resource_owner(&caller, &uri) else {
+                // An App's HTML (MCP Apps): the backend its URI names, as the backend knows it.
+                let (owner, request) = match self.app_resource(&caller, &self.snapshot(&context), request) {
+                    Ok((backend, request)) => (Some(backend), request),
+                    Err(request) => (self.resource_owner(&caller, &uri), request),
+                };
+                let Some(backend) = owner else {
                     note.decision = "refused";
                     return Err(ErrorData::resource_not_found(format!("resource not found: {uri}"), None));
                 };
@@ -499,6 +508,9 @@ impl ServerHandler for GatewayHandler {
                     .with_rounds(&context, backend.name(), request, |p| backend.read_resource(&link, p, &context.ct))
                     .await;
                 self.scrubbed(backend.name(), &mut answer, |s, b, r| s.read(b, r));
+                if let Ok(Answer::Complete(r)) = &mut answer {
+                    served_as(backend.name(), r);
+                }
                 relayed(answer)
             }
             .await;
