@@ -137,7 +137,12 @@ enum Command {
     /// env and headers go to an env file readable by you only (docs/clients.md).
     Import {
         /// Host config files to read; with none, every host's usual places on this machine.
+        /// With --registry: the registry names of the servers to add (io.github.owner/server).
         paths: Vec<PathBuf>,
+        /// Read the servers named from the MCP registry (API v0.1) instead of host files: the
+        /// official registry, or the one at URL.
+        #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = toolmux::import::registry::DEFAULT_URL)]
+        registry: Option<String>,
         /// The configuration to write; it must not exist yet.
         #[arg(long, default_value = "toolmux.toml")]
         out: PathBuf,
@@ -499,8 +504,12 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Import { paths, out, into, dry_run, json, trust_project } => {
-            toolmux::import::command::import(paths, out, into, dry_run, json, trust_project)
+        Command::Import { paths, registry, out, into, dry_run, json, trust_project } => {
+            let from = match registry {
+                Some(url) => toolmux::import::command::From::Registry(url),
+                None => toolmux::import::command::From::Hosts { trust_project },
+            };
+            toolmux::import::command::import(paths, from, out, into, dry_run, json).await
         }
         Command::Connect { host, config, url, token_env, command, write, undo, file } => {
             toolmux::import::command::connect(host, config, url, token_env, command, write, undo, file)

@@ -4,26 +4,56 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// Where `toolmux import` reads servers from.
+pub enum From {
+    /// Agent hosts' files; a project's servers only when confirmed (or `--trust-project`).
+    Hosts { trust_project: bool },
+    /// The MCP registry at this URL (`--registry [URL]`); a value that is no URL is a name.
+    Registry(String),
+}
+
 /// `toolmux import`: reads the files given (or every host's usual places), asks before carrying a
-/// project file's servers, and writes (or, `--dry-run` / `--json`, prints) the configuration.
-pub fn import(
+/// project file's servers, and writes (or, `--dry-run` / `--json`, prints) the configuration. With
+/// `--registry`, `paths` are the registry names of the servers to read instead.
+pub async fn import(
     paths: Vec<PathBuf>,
+    from: From,
     out: PathBuf,
     into: Option<PathBuf>,
     dry_run: bool,
     json: bool,
-    trust_project: bool,
 ) -> anyhow::Result<ExitCode> {
     use super::write;
-    let dirs = super::Dirs::from_env().map_err(anyhow::Error::msg)?;
-    let looked = paths.is_empty();
-    let (mut found, failed) = super::read_all(&paths, &dirs);
-    super::confirm_project_files(&mut found, |f| trust_project || confirm_project_file(f));
+    let (found, failed, looked) = match from {
+        From::Registry(url) => {
+            let mut names: Vec<String> = paths.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            // `--registry io.github.acme/weather`: the flag took the first name for its URL.
+            let base = if url.starts_with("http://") || url.starts_with("https://") {
+                url
+            } else {
+                names.insert(0, url);
+                super::registry::DEFAULT_URL.to_string()
+            };
+            if names.is_empty() {
+                anyhow::bail!(
+                    "name the servers to add, as the registry names them: toolmux import --registry io.github.owner/server"
+                );
+            }
+            let (found, failed) = super::registry::read(&base, &names).await;
+            (found, failed, None)
+        }
+        From::Hosts { trust_project } => {
+            let dirs = super::Dirs::from_env().map_err(anyhow::Error::msg)?;
+            let (mut found, failed) = super::read_all(&paths, &dirs);
+            super::confirm_project_files(&mut found, |f| trust_project || confirm_project_file(f));
+            (found, failed, paths.is_empty().then_some(dirs))
+        }
+    };
     if found.is_empty() {
         for (path, why) in &failed {
             eprintln!("could not read {}: {why}", path.display());
         }
-        if looked {
+        if let Some(dirs) = looked {
             eprintln!("no agent host's MCP servers found; looked in:");
             for host in super::Host::ALL {
                 for p in host.usual_places(&dirs) {

@@ -16,7 +16,8 @@ use super::{Found, Host, Input, Server, Skipped, Transport};
 /// Reads one host file. `host` is what the file's name and place say it belongs to.
 pub fn read(path: &Path, host: Host) -> Result<Found, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut found = Found { host, path: path.to_path_buf(), servers: Vec::new(), skipped: Vec::new(), project: false };
+    let mut found =
+        Found { host: Some(host), path: path.to_path_buf(), servers: Vec::new(), skipped: Vec::new(), project: false };
     if host == Host::Goose || path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
         return Err(format!(
             "{}: Goose keeps its extensions in YAML, which import does not read; add them as [[backends]] \

@@ -11,6 +11,7 @@ pub mod connect;
 mod files;
 pub mod formats;
 pub mod plan;
+pub mod registry;
 pub mod write;
 
 use std::collections::BTreeMap;
@@ -181,10 +182,18 @@ impl Dirs {
     }
 }
 
+impl Found {
+    /// Where its servers came from, as a person knows it.
+    pub fn source(&self) -> &'static str {
+        self.host.map_or("the MCP registry", Host::title)
+    }
+}
+
 /// What one host file holds.
 #[derive(Debug)]
 pub struct Found {
-    pub host: Host,
+    /// The host whose file it is; `None` for servers read from the MCP registry.
+    pub host: Option<Host>,
     pub path: PathBuf,
     pub servers: Vec<Server>,
     /// Entries that cannot be carried, with why.
@@ -386,9 +395,9 @@ pub fn read_all(paths: &[PathBuf], dirs: &Dirs) -> (Vec<Found>, Vec<(PathBuf, St
         match formats::read(&path, host.unwrap_or(Host::ClaudeCode)) {
             Ok(mut f) => {
                 if host.is_none() {
-                    f.host = guess_host(&f);
+                    f.host = Some(guess_host(&f));
                 }
-                f.project = paths.is_empty() && f.host.project_places(dirs).contains(&f.path);
+                f.project = paths.is_empty() && f.host.is_some_and(|h| h.project_places(dirs).contains(&f.path));
                 found.push(f);
             }
             Err(why) => failed.push((path, why)),

@@ -42,7 +42,7 @@ pub fn plan(found: &[Found], taken: &BTreeSet<String>, vars: &BTreeMap<String, S
     // What each planned backend was as the host wrote it (before its secrets moved).
     let mut originals: Vec<(Transport, usize)> = Vec::new();
     for f in found {
-        let from = format!("{} ({})", f.host.title(), f.path.display());
+        let from = format!("{} ({})", f.source(), f.path.display());
         for s in &f.skipped {
             p.skipped.push((from.clone(), s.clone()));
         }

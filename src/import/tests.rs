@@ -490,7 +490,7 @@ mod arbitrary_text {
         let mut rng = StdRng::seed_from_u64(seed);
         let servers: Vec<Server> = (0..rng.random_range(1..5)).map(|i| server(&mut rng, i)).collect();
         let found = vec![Found {
-            host: Host::Cursor,
+            host: Some(Host::Cursor),
             path: PathBuf::from(format!("/tmp/{}", text(&mut rng, true))),
             servers: servers.clone(),
             skipped: vec![Skipped::new(&text(&mut rng, true), text(&mut rng, true))],
@@ -552,8 +552,13 @@ mod arbitrary_text {
             cwd: None,
         };
         s.defaults.insert("X\nEVIL=1".into(), "v".into());
-        let found =
-            vec![Found { host: Host::Cursor, path: "/x".into(), servers: vec![s], skipped: vec![], project: false }];
+        let found = vec![Found {
+            host: Some(Host::Cursor),
+            path: "/x".into(),
+            servers: vec![s],
+            skipped: vec![],
+            project: false,
+        }];
         let plan = plan::plan(&found, &BTreeSet::new(), &BTreeMap::new());
         assert!(plan.backends.is_empty());
         assert!(plan.skipped[0].1.reason.contains("not a variable name"), "{:?}", plan.skipped);
@@ -581,7 +586,7 @@ fn secrets_left_in_the_file_are_written_privately_and_never_printed() {
         sse: false,
     };
     let found = vec![Found {
-        host: Host::Cursor,
+        host: Some(Host::Cursor),
         path: "/x".into(),
         servers: vec![stdio, http],
         skipped: vec![],

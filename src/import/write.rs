@@ -310,7 +310,7 @@ pub fn report(found: &[super::Found], failed: &[(PathBuf, String)], plan: &Plan,
             &mut r,
             format_args!(
                 "read {} ({}): {} server{}{}",
-                f.host.title(),
+                f.source(),
                 f.path.display(),
                 names.len(),
                 if names.len() == 1 { "" } else { "s" },

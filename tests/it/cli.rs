@@ -6,6 +6,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
+use toolmux::config::Config;
+
 use crate::harness::*;
 
 #[test]
@@ -388,4 +390,140 @@ fn an_oauth_backend_without_a_grant_is_named_with_its_login_command() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("set auth = \"oauth\""));
     let out = login("nope");
     assert!(String::from_utf8_lossy(&out.stderr).contains("it has: kit, github, tracker"));
+}
+
+/// A registry served from tests/fixtures/registry (answers recorded in the v0.1 API's shape, one
+/// file per server named as its URL path segment): `GET /v0.1/servers/{name}/versions/latest`,
+/// matched on the raw path as the registry does; 404 for any other. Serves until dropped.
+struct Registry {
+    url: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Registry {
+    fn start() -> Self {
+        use std::io::{BufRead, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/registry");
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut stream) = stream else { continue };
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                let _ = reader.read_line(&mut line);
+                // The rest of the head, unread, would be a reset to the client.
+                let mut header = String::new();
+                while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                    header.clear();
+                }
+                let path = line.split_whitespace().nth(1).unwrap_or("");
+                let body = path
+                    .strip_prefix("/v0.1/servers/")
+                    .and_then(|p| p.strip_suffix("/versions/latest"))
+                    .filter(|name| !name.contains('/'))
+                    .and_then(|name| std::fs::read(fixtures.join(format!("{name}.json"))).ok());
+                let (status, body) = match body {
+                    Some(b) => ("200 OK", b),
+                    None => ("404 Not Found", br#"{"title":"Not Found","status":404}"#.to_vec()),
+                };
+                let head = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(&body));
+            }
+        });
+        Self { url, stop }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(self.url.trim_start_matches("http://"));
+    }
+}
+
+/// `import --registry URL NAME...`: each server from the registry becomes a backend (npm through
+/// npx, PyPI through uvx, an OCI image through docker run with its variables passed by name, a
+/// remote as its URL), every value the user supplies a `${VAR}` in the env file to fill in (its
+/// default written when it has one), and what cannot be carried is said: an unknown name, a
+/// server with only package kinds toolmux cannot run, a remote whose URL has holes.
+#[test]
+fn import_from_the_registry_says_what_it_carried_and_what_it_could_not() {
+    let registry = Registry::start();
+    let work = tempfile::tempdir().unwrap();
+    let names = [
+        "io.github.acme/weather",
+        "io.github.github/github-mcp-server",
+        "com.example/analytics",
+        "io.github.someone/desktop-only",
+        "io.github.pyco/sqlite",
+        "io.github.nobody/missing",
+    ];
+    let out = std::process::Command::new(BIN)
+        .args(["import", "--registry", &registry.url])
+        .args(names)
+        .current_dir(work.path())
+        .output()
+        .unwrap();
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("read the MCP registry") && report.contains("4 servers"), "{report}");
+    assert!(report.contains("io.github.nobody/missing: the registry has no server of that name"), "{report}");
+    assert!(report.contains("io.github.someone/desktop-only") && report.contains("mcpb package"), "{report}");
+    let config = Config::load(&work.path().join("toolmux.toml"));
+    // Unset variables are the user's to fill in: the file names them, and says what each is.
+    let err = config.unwrap_err().to_string();
+    for var in ["WEATHER_API_KEY", "GITHUB_MCP_SERVER_TOKEN"] {
+        assert!(err.contains(var), "{var} is to be filled in: {err}");
+    }
+    let env = std::fs::read_to_string(work.path().join("toolmux.env")).unwrap();
+    assert!(env.contains("WEATHER_REGION=eu") && env.contains("# WEATHER_API_KEY="), "{env}");
+    assert!(env.contains("A GitHub personal access token"), "{env}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(work.path().join("toolmux.env")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    // Filled in, the configuration loads, each backend as the registry described it.
+    let filled = "WEATHER_API_KEY=k\nGITHUB_MCP_SERVER_TOKEN=t\n";
+    std::fs::write(work.path().join("toolmux.env"), env + filled).unwrap();
+    let config = Config::load(&work.path().join("toolmux.toml")).unwrap();
+    let backend = |name: &str| config.backends.iter().find(|b| b.name == name).unwrap_or_else(|| panic!("{name}"));
+    let stdio = |name: &str| match &backend(name).transport {
+        toolmux::config::Transport::Stdio { command, args, env, .. } => (command.clone(), args.clone(), env.clone()),
+        other => panic!("{name}: {other:?}"),
+    };
+    let (command, args, env) = stdio("weather");
+    assert_eq!(
+        (command.as_str(), args),
+        ("npx", vec!["-y".into(), "@acme/weather-mcp@1.4.2".into(), "--units".into(), "metric".into()])
+    );
+    assert_eq!((env["WEATHER_API_KEY"].as_str(), env["WEATHER_REGION"].as_str()), ("k", "eu"));
+    let (command, args, env) = stdio("github-mcp-server");
+    assert_eq!(command, "docker");
+    assert_eq!(args.last().unwrap(), "ghcr.io/github/github-mcp-server:1.12.2", "the tag rides in the identifier");
+    assert!(args.windows(2).any(|w| w == ["-e", "GITHUB_PERSONAL_ACCESS_TOKEN"]), "{args:?}");
+    assert_eq!(env["GITHUB_PERSONAL_ACCESS_TOKEN"], "t", "the token reaches the container through toolmux's env");
+    let (command, args, _) = stdio("sqlite");
+    assert_eq!((command.as_str(), args[0].as_str()), ("uvx", "mcp-server-sqlite==0.9.1"));
+    assert!(args.contains(&"<SQLITE_DB_PATH>".to_string()), "an argument toolmux cannot fill in is marked: {args:?}");
+    match &backend("analytics").transport {
+        toolmux::config::Transport::Http { url, .. } => assert_eq!(url, "https://analytics.example.com/sse"),
+        other => panic!("analytics: {other:?}"),
+    }
+    let written = std::fs::read_to_string(work.path().join("toolmux.toml")).unwrap();
+    assert!(written.contains("passed over: a streamable-http remote whose URL needs values"), "{written}");
+    assert!(written.contains("transport = \"sse\""), "{written}");
+
+    // Nothing named: a clear error, nothing written.
+    let out = std::process::Command::new(BIN).args(["import", "--registry"]).current_dir(work.path()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("name the servers to add"), "{:?}", out);
 }
