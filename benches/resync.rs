@@ -62,6 +62,7 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize, policy: Arc<dyn Policy>) 
             protocol: Default::default(),
             session: toolmux::config::SessionMode::Shared,
             max_instances: 1,
+            idle_stop: None,
             token_exchange: None,
             oauth: None,
         })

@@ -20,6 +20,8 @@ pub struct BackendConfig {
     pub session: SessionMode,
     /// For `per_client` stdio backends: child processes at once, over all client sessions.
     pub max_instances: usize,
+    /// A stdio backend unused this long is stopped until a call needs it; `None`: never.
+    pub idle_stop: Option<Duration>,
     /// `auth = "token_exchange"`: what each caller's token is exchanged for, and where.
     pub token_exchange: Option<TokenExchange>,
     /// `auth = "oauth"`: the backend is an OAuth-protected resource the user logs in to
@@ -89,6 +91,13 @@ pub enum SessionMode {
 }
 
 pub const DEFAULT_MAX_INSTANCES: usize = 16;
+
+/// A stdio backend's `idle_stop` unless set. An idle MCP server child holds tens of MiB (37-67
+/// MB per child, measured by another gateway) and wakes its runtime's timers; starting one again
+/// costs about a second (much more for `npx`/`uvx` on a cold cache). Ten minutes outlasts the
+/// pauses inside one task (the model thinking, the user reading) and lets a server a working
+/// session did not touch give its memory back.
+pub const DEFAULT_IDLE_STOP: Duration = Duration::from_secs(600);
 
 /// The protocol revision toolmux speaks to a backend (`backends[].protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -262,6 +271,28 @@ impl Validator<'_> {
             if b.max_instances.is_some() && !matches!(transport, Transport::Stdio { .. }) {
                 self.problem(key("max_instances"), "only stdio backends (with `command`) take this key");
             }
+            let idle_stop = match (b.idle_stop.as_deref(), &transport) {
+                (Some(_), Transport::Http { .. }) => {
+                    self.problem(
+                        key("idle_stop"),
+                        "only stdio backends (with `command`) take this key: toolmux does not run an HTTP server, so it cannot stop one",
+                    );
+                    None
+                }
+                (None, Transport::Http { .. }) => None,
+                (None, _) => Some(DEFAULT_IDLE_STOP),
+                (Some("off"), _) => None,
+                (Some(text), _) => match self.duration(&key("idle_stop"), Some(text), DEFAULT_IDLE_STOP) {
+                    d if d.is_zero() => {
+                        self.problem(
+                            key("idle_stop"),
+                            "write \"off\" to keep it running, or a duration such as \"10m\"",
+                        );
+                        None
+                    }
+                    d => Some(d),
+                },
+            };
             let oauth = self.oauth(i, b.auth.as_deref(), b.oauth, &transport);
             let auth = b.auth.filter(|a| a != "oauth");
             let token_exchange = self.token_exchange(i, auth, b.token_exchange, &transport, session, protocol);
@@ -272,6 +303,7 @@ impl Validator<'_> {
                 protocol,
                 session,
                 max_instances,
+                idle_stop,
                 token_exchange,
                 oauth,
             });

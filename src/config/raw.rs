@@ -201,6 +201,7 @@ pub struct Backend {
     pub protocol: Option<String>,
     pub session: Option<String>,
     pub max_instances: Option<i64>,
+    pub idle_stop: Option<String>,
     /// `"token_exchange"`: each caller's token is exchanged for the backend's own.
     pub auth: Option<String>,
     pub token_exchange: Option<TokenExchange>,

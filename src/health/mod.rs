@@ -41,11 +41,13 @@ pub enum Status {
     Healthy,
     Degraded,
     Unhealthy,
+    /// Stopped after `idle_stop` unused: its tools are offered, and a call starts it.
+    Dormant,
 }
 
 impl Status {
     pub fn advertisable(self) -> bool {
-        matches!(self, Status::Healthy | Status::Degraded)
+        matches!(self, Status::Healthy | Status::Degraded | Status::Dormant)
     }
 }
 
@@ -241,6 +243,23 @@ impl Monitor {
         Some(BackendHealth { status: t.status, since_secs: t.since.elapsed().as_secs() })
     }
 
+    /// `backend` went dormant (`idle_stop`): no probe reaches it until a call starts it again,
+    /// and its tools stay offered.
+    fn rest(&self, backend: &str) {
+        let mut map = self.trackers.lock().expect("health lock");
+        let t = map.entry(backend.to_string()).or_insert_with(|| Tracker::new(Instant::now()));
+        if t.status != Status::Dormant {
+            let before = t.status.advertisable();
+            (t.status, t.since) = (Status::Dormant, Instant::now());
+            t.consecutive_failures = 0;
+            tracing::info!(backend, "backend dormant");
+            if !before {
+                drop(map);
+                self.flipped();
+            }
+        }
+    }
+
     /// Applies one probe outcome for `backend` (probes call this; tests and benches may too).
     pub fn record(&self, backend: &str, outcome: Option<Duration>) {
         self.breaker(backend, |b| {
@@ -293,8 +312,12 @@ impl Monitor {
             self.record(backend.name(), Some(Duration::ZERO));
         }
         loop {
-            // An open breaker lets no probe through until its timeout; then exactly one.
-            if !std::mem::take(&mut probed)
+            // A dormant backend is not probed: it is asleep on purpose, and a probe would not wake
+            // it (nor should it).
+            if backend.is_dormant() {
+                self.rest(backend.name());
+                probed = false;
+            } else if !std::mem::take(&mut probed)
                 && self.breaker(backend.name(), |b| b.allow_probe(Instant::now())).unwrap_or(true)
             {
                 let outcome = backend.probe(self.cfg.timeout).await.ok();

@@ -24,6 +24,12 @@ pub enum Answer<T> {
 pub enum CallError {
     #[error("backend `{backend}` is not connected; it is being retried")]
     NotConnected { backend: String },
+    /// `idle_stop`: the backend was stopped while unused, and starting it for this call failed.
+    /// Why is logged and in `/status` for the operator, never sent to the client.
+    #[error(
+        "backend `{backend}` was stopped while unused and could not be started again; try again shortly, or tell the operator (toolmux status says why)"
+    )]
+    WakeFailed { backend: String },
     #[error("backend `{backend}` did not answer within {}", humantime::format_duration(*after))]
     Timeout { backend: String, after: Duration },
     /// What went wrong is logged (secrets in URLs redacted), never sent to the client. An

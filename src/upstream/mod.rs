@@ -33,6 +33,7 @@ pub mod oauth;
 mod principals;
 mod session;
 mod set;
+mod sleep;
 mod sse;
 pub mod words;
 
@@ -116,6 +117,17 @@ pub struct Backend {
     grant: Option<Arc<oauth::Grant>>,
     /// The last connection attempt failed for want of a login: what to run.
     login_needed: std::sync::Mutex<Option<oauth::NeedsLogin>>,
+    /// `idle_stop`: the shared connection's use, and the backend asleep (`sleep`).
+    sleep: sleep::Sleep,
+}
+
+/// How a connection the supervisor served came to an end.
+enum Ended {
+    /// The gateway stops, or a reload retired the backend.
+    Stopped,
+    Lost,
+    /// Unused for `idle_stop`: closed, the backend dormant until a call needs it.
+    Idle,
 }
 
 /// Follows a backend's redirect only when it keeps the message and the credentials where they
@@ -163,6 +175,7 @@ impl Backend {
             http: std::sync::OnceLock::new(),
             exchanger: config.token_exchange.clone().map(|t| Arc::new(exchange::Exchanger::new(t))),
             login_needed: Default::default(),
+            sleep: sleep::Sleep::new(config.idle_stop),
             grant: match (&config.oauth, &config.transport) {
                 (Some(_), Transport::Http { url, .. }) => Some(Arc::new(oauth::Grant::new(&config.name, url))),
                 _ => None,
@@ -237,6 +250,39 @@ impl Backend {
             .ok_or_else(|| CallError::NotConnected { backend: self.name().to_string() })
     }
 
+    /// Stopped after `idle_stop` unused; its listing stays, and a call starts it again
+    /// ([`Backend::awake_link`]).
+    pub fn is_dormant(&self) -> bool {
+        self.sleep.is_dormant()
+    }
+
+    /// The gateway's own connection for a call, starting a dormant backend first and waiting
+    /// for it until the call's deadline (`timeout`).
+    pub async fn awake_link(&self) -> Result<Link, CallError> {
+        if !self.sleep.is_dormant() {
+            return self.shared_link();
+        }
+        let mut changes = self.changes.subscribe();
+        tracing::info!(backend = self.name(), "a call needs the dormant backend: starting it");
+        self.sleep.wake();
+        let deadline = tokio::time::Instant::now() + self.config.timeout;
+        loop {
+            if let Ok(link) = self.shared_link() {
+                return Ok(link);
+            }
+            if !self.sleep.is_dormant() {
+                // The supervisor logged why, and /status has it.
+                return Err(CallError::WakeFailed { backend: self.name().to_string() });
+            }
+            tokio::select! {
+                r = changes.changed() => if r.is_err() { return self.shared_link() },
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(CallError::Timeout { backend: self.name().to_string(), after: self.config.timeout });
+                }
+            }
+        }
+    }
+
     pub fn was_tried(&self) -> bool {
         self.tried.load(Ordering::Acquire)
     }
@@ -309,12 +355,30 @@ impl Backend {
                         owner: None,
                     })));
                     self.tried.store(true, Ordering::Release);
+                    self.sleep.woke();
                     self.bump();
-                    let stopped = self.serve_connection(service, &ct).await;
+                    let ended = self.serve_connection(service, &ct).await;
                     self.shared.store(None);
+                    if matches!(ended, Ended::Idle) {
+                        self.sleep.fall_asleep();
+                    }
                     self.bump();
-                    if stopped {
-                        return;
+                    match ended {
+                        Ended::Stopped => return,
+                        Ended::Lost => {}
+                        Ended::Idle => {
+                            self.child.lock().expect("child story").take();
+                            tracing::info!(
+                                backend = self.name(),
+                                "backend unused for its idle_stop: stopped; its next call starts it"
+                            );
+                            tokio::select! {
+                                _ = ct.cancelled() => return,
+                                _ = self.sleep.rung() => {}
+                            }
+                            backoff = BACKOFF_START;
+                            continue;
+                        }
                     }
                     let child = self.child.lock().expect("child story").take();
                     match child {
@@ -330,6 +394,9 @@ impl Backend {
                     }
                 }
                 Err(err) => {
+                    // A wake that failed: the backend is down now, like any other that is.
+                    let woken = self.sleep.is_dormant();
+                    self.sleep.woke();
                     let login = err.downcast_ref::<oauth::NeedsLogin>().cloned();
                     let first = !self.tried.swap(true, Ordering::AcqRel);
                     let error = match &login {
@@ -345,7 +412,7 @@ impl Backend {
                     self.failing.store(true, Ordering::Release);
                     said = Some(error.clone());
                     *self.last_error.lock().expect("last error") = Some((error, std::time::SystemTime::now()));
-                    if first {
+                    if first || woken {
                         self.bump();
                     }
                 }
@@ -368,12 +435,12 @@ impl Backend {
         }))
     }
 
-    /// Waits for the connection to end, re-listing on change notifications. True if `ct` ended it.
+    /// Waits for the connection to end, re-listing on change notifications.
     async fn serve_connection(
         &self,
         service: RunningService<RoleClient, UpstreamClient>,
         ct: &CancellationToken,
-    ) -> bool {
+    ) -> Ended {
         let peer = service.peer().clone();
         let closed = service.cancellation_token();
         // 2026-07-28 has no session to push list changes on: hold a subscription open instead.
@@ -418,14 +485,19 @@ impl Backend {
                 _ = ct.cancelled() => {
                     closed.cancel();
                     let _ = waiting.await;
-                    return true;
+                    return Ended::Stopped;
                 }
-                _ = &mut waiting => return false,
+                _ = &mut waiting => return Ended::Lost,
                 _ = self.suspect.notified() => {
                     // A call or probe saw this connection fail: drop it and connect afresh.
                     closed.cancel();
                     let _ = waiting.await;
-                    return false;
+                    return Ended::Lost;
+                }
+                _ = self.sleep.idle() => {
+                    closed.cancel();
+                    let _ = waiting.await;
+                    return Ended::Idle;
                 }
                 _ = self.relist.notified() => {
                     match tokio::time::timeout(CONNECT_TIMEOUT, list_everything(&peer)).await {
@@ -604,6 +676,7 @@ impl Backend {
         Fut: Future<Output = Result<T, ServiceError>>,
     {
         let _in_use = link.using();
+        let _busy = (!link.is_own()).then(|| self.sleep.using());
         let timeout = self.config.timeout;
         tokio::select! {
             _ = ct.cancelled() => Err(CallError::Cancelled),
@@ -633,6 +706,7 @@ impl Backend {
     ) -> Result<Answer<CallToolResult>, CallError> {
         let backend = self.name().to_string();
         let _in_use = link.using();
+        let _busy = (!link.is_own()).then(|| self.sleep.using());
         let peer = link.peer.clone();
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut options = PeerRequestOptions::no_options();

@@ -155,7 +155,7 @@ impl ClientUpstreams {
     /// is per-client (opened now if there is none), else the gateway's shared connection.
     pub async fn link(&self, backend: &Arc<Backend>) -> Result<Link, CallError> {
         if !backend.per_client() {
-            return backend.shared_link();
+            return backend.awake_link().await;
         }
         if let Some(exchanger) = &backend.exchanger {
             // The backend's own token for this caller, fresh for this request (see `exchange`).

@@ -34,6 +34,7 @@ mod rounds;
 mod scrub;
 mod search;
 mod sessions;
+mod sleep;
 mod surface;
 mod tasks;
 mod tenants;

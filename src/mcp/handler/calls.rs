@@ -364,6 +364,7 @@ impl GatewayHandler {
             Err(CallError::Cancelled) => "cancelled",
             Err(
                 CallError::NotConnected { .. }
+                | CallError::WakeFailed { .. }
                 | CallError::AtCapacity { .. }
                 | CallError::SessionFailed { .. }
                 | CallError::PrincipalsBusy { .. }

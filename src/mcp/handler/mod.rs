@@ -96,7 +96,7 @@ impl GatewayHandler {
             let caller = self.caller_of(ctx);
             return self.gw.sessionless.link(&caller.principal, caller.token.clone(), backend).await;
         }
-        backend.shared_link()
+        backend.awake_link().await
     }
 
     /// The caller the HTTP edge authenticated; over stdio, `auth.stdio_principal`.
@@ -771,6 +771,7 @@ fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {
         },
         CallError::Cancelled => Err(ErrorData::internal_error("the request was cancelled", None)),
         e @ (CallError::NotConnected { .. }
+        | CallError::WakeFailed { .. }
         | CallError::Timeout { .. }
         | CallError::ConnectionLost { .. }
         | CallError::AtCapacity { .. }
@@ -790,6 +791,7 @@ fn wire_error(e: CallError) -> ErrorData {
         CallError::Cancelled => ErrorData::internal_error("the request was cancelled", None),
         // Each of these names the backend and nothing it said (see `CallError`).
         e @ (CallError::NotConnected { .. }
+        | CallError::WakeFailed { .. }
         | CallError::Timeout { .. }
         | CallError::ConnectionLost { .. }
         | CallError::AtCapacity { .. }
