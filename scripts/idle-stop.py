@@ -32,11 +32,14 @@ def descendants(pid: int) -> list[int]:
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
-        try:
-            with open(f"/proc/{p}/task/{p}/children") as f:
-                kids = [int(k) for k in f.read().split()]
-        except OSError:
-            kids = []
+        kids = []
+        # Children are listed under the thread that started them.
+        for task in os.listdir(f"/proc/{p}/task") if os.path.isdir(f"/proc/{p}/task") else []:
+            try:
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    kids += [int(k) for k in f.read().split()]
+            except OSError:
+                pass
         out += kids
         todo += kids
     return out
