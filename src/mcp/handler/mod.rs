@@ -5,7 +5,7 @@
 //! Logging (`logging/setLevel`, log notifications) is deprecated by SEP-2577 but still what
 //! 2025-11-25 clients and backends use, so the gateway carries it.
 //!
-//! Errors reach the wire through the `*_error` functions at the bottom: each internal error kind
+//! Errors reach the wire through the `*_error` functions of `wire`: each internal error kind
 //! maps to exactly one JSON-RPC error or tool result.
 //!
 //! This file holds the handler's state, what every request goes through ([`GatewayHandler::measured`]:
@@ -14,7 +14,11 @@
 //! - `search`: find_tool, and the names offered for a tool that is not found;
 //! - `calls`: forwarding a tool call, its input rounds, parking a session-less client's call;
 //! - `resources`: resources, templates, prompts and subscriptions, by the backend that serves them;
-//! - `lifecycle`: a session's level, its record in the shared store, and its rebuild on another replica.
+//! - `lifecycle`: a session's level, its record in the shared store, and its rebuild on another replica;
+//! - `surface`: what each client is shown (its `tools/list`, what `initialize` tells it);
+//! - `apps`: MCP Apps' `ui://` resources under their backend's name, and an App's calls;
+//! - `groups`, `kept`, `tasks`: groups, kept results (`read_result`), relayed tasks;
+//! - `wire`: every failure's one form on the wire.
 
 #![expect(deprecated, reason = "logging is relayed as 2025-11-25 peers use it")]
 
@@ -22,10 +26,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams, GetPromptResponse,
-    GetPromptResult, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ResultType, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse, Implementation,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig,
 };
 use rmcp::model::{
     CancelTaskParams, CompleteRequestParams, CompleteResult, CompletionInfo, GetTaskParams, GetTaskResult, Reference,
@@ -35,6 +39,7 @@ use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 
 use self::apps::{served_as, with_app};
+use self::wire::{Completed, call_error, relayed, wire_error};
 use super::gateway::Gateway;
 use super::meta::{self, CALL_TOOL, FIND_TOOL};
 use crate::config::Mode;
@@ -52,6 +57,7 @@ mod resources;
 pub mod search;
 mod surface;
 mod tasks;
+mod wire;
 
 pub struct GatewayHandler {
     gw: Arc<Gateway>,
@@ -623,27 +629,6 @@ impl ServerHandler for GatewayHandler {
     }
 }
 
-/// A relayed result marked `resultType: "complete"`, which the 2026-07-28 schema requires of
-/// every result. A backend on an older revision sends none; rmcp strips the mark again for
-/// clients that negotiated an older revision, so it is safe to set for everyone.
-trait Completed {
-    fn completed(self) -> Self;
-}
-
-macro_rules! completed {
-    ($($t:ty),*) => {$(
-        impl Completed for $t {
-            fn completed(mut self) -> Self {
-                self.result_type.get_or_insert(ResultType::COMPLETE);
-                self
-            }
-        }
-    )*};
-}
-
-completed!(CallToolResult, ReadResourceResult, GetPromptResult, CompleteResult);
-
-/// A backend that answered a resource or prompt request with a task (only a tool call may).
 /// The bytes of `value`'s JSON.
 fn json_len<T: serde::Serialize>(value: &T) -> u64 {
     serde_json::to_vec(value).map_or(0, |v| v.len() as u64)
@@ -738,66 +723,5 @@ impl GatewayHandler {
             Err(CallError::Remote { error, .. }) => _ = self.gw.scrubbing.error(backend, error),
             _ => {}
         }
-    }
-}
-
-/// A relayed read's or prompt's answer as the client gets it: complete (marked so), the
-/// backend's input round, or its error; a task is an error (only a tool call may be one).
-fn relayed<R: Completed, T: From<R> + From<rmcp::model::InputRequiredResult>>(
-    answer: Result<Answer<R>, CallError>,
-) -> Result<T, ErrorData> {
-    match answer {
-        Ok(Answer::Complete(r)) => Ok(r.completed().into()),
-        Ok(Answer::InputRequired(r)) => Ok(r.into()),
-        Ok(Answer::Task(_)) => Err(not_a_tool_call()),
-        Err(e) => Err(wire_error(e)),
-    }
-}
-
-fn not_a_tool_call() -> ErrorData {
-    ErrorData::internal_error("the backend answered with a task, which only a tool call may be", None)
-}
-
-/// A failed forwarded tool call, as the client sees it.
-fn call_error(mode: Mode, e: CallError) -> Result<CallToolResult, ErrorData> {
-    match e {
-        // The backend's own JSON-RPC error: passthrough carries it as it is; in optimizer mode
-        // the model gets its text as a tool error it can act on.
-        CallError::Remote { error, backend } => match mode {
-            Mode::Passthrough => Err(error),
-            Mode::Optimizer => {
-                Ok(meta::error_result(format!("backend `{backend}` rejected the call: {}", error.message)))
-            }
-        },
-        CallError::Cancelled => Err(ErrorData::internal_error("the request was cancelled", None)),
-        e @ (CallError::NotConnected { .. }
-        | CallError::WakeFailed { .. }
-        | CallError::Timeout { .. }
-        | CallError::ConnectionLost { .. }
-        | CallError::AtCapacity { .. }
-        | CallError::SessionFailed { .. }
-        | CallError::PrincipalsBusy { .. }
-        | CallError::Exchange { .. }
-        | CallError::NeedsLogin(_)) => Ok(meta::error_result(e.to_string())),
-    }
-}
-
-/// A failed forwarded resource or prompt request. No wildcard arm: a new kind of failure must
-/// be given its wire form here.
-fn wire_error(e: CallError) -> ErrorData {
-    match e {
-        // The backend's own JSON-RPC error, as it sent it.
-        CallError::Remote { error, .. } => error,
-        CallError::Cancelled => ErrorData::internal_error("the request was cancelled", None),
-        // Each of these names the backend and nothing it said (see `CallError`).
-        e @ (CallError::NotConnected { .. }
-        | CallError::WakeFailed { .. }
-        | CallError::Timeout { .. }
-        | CallError::ConnectionLost { .. }
-        | CallError::AtCapacity { .. }
-        | CallError::SessionFailed { .. }
-        | CallError::PrincipalsBusy { .. }
-        | CallError::Exchange { .. }
-        | CallError::NeedsLogin(_)) => ErrorData::internal_error(e.to_string(), None),
     }
 }
