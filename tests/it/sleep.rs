@@ -121,3 +121,43 @@ fn found_names(r: &rmcp::model::CallToolResult) -> Vec<String> {
         s["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
     })
 }
+
+/// A SIGTERM while a dormant backend is being started for a call (its child up, still listing)
+/// stops the gateway, and no child is left behind.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_stop_during_a_wake_leaves_no_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let once = dir.path().join("started-once");
+    let mark = format!("wake-stop-{}", std::process::id());
+    // The first start is quick; a wake's takes a minute to list its tools.
+    let script = format!(
+        "if [ -e {once:?} ]; then exec {BIN:?} backend testkit --stdio --list-delay-ms 60000; fi; : > {once:?}; exec {BIN:?} backend testkit --stdio"
+    );
+    let config = dir.path().join("toolmux.toml");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n[health]\ninterval = \"200ms\"\n\
+         [[backends]]\nname = \"kit\"\ncommand = \"sh\"\nargs = [\"-c\", {script:?}]\nidle_stop = \"1s\"\n\
+         env = {{ TOOLMUX_TEST_MARK = \"{mark}\" }}\n"
+    );
+    std::fs::write(&config, toml).unwrap();
+    let mut served = Served::start(&config).await;
+    let asleep = eventually(Duration::from_secs(20), || async {
+        let status: Value = serde_json::from_str(&served.get("/status").await.1).unwrap_or_default();
+        status["backends"][0]["health"] == "dormant"
+    })
+    .await;
+    assert!(asleep && children_marked(&mark).is_empty(), "dormant, its child gone");
+    let session = RawSession::open_url(&served.url).await;
+    let call = tokio::spawn(async move {
+        session.try_request("tools/call", json!({"name": "kit_echo", "arguments": {"input": "x"}})).await
+    });
+    let waking = eventually(Duration::from_secs(20), || std::future::ready(!children_marked(&mark).is_empty())).await;
+    assert!(waking, "the call started the backend's child");
+    served.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = tokio::time::timeout(Duration::from_secs(30), served.child.wait()).await.expect("it stops").unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let _ = call.await;
+    let none = eventually(Duration::from_secs(10), || std::future::ready(children_marked(&mark).is_empty())).await;
+    assert!(none, "no child left behind: {:?}", children_marked(&mark));
+}
