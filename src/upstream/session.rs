@@ -242,7 +242,10 @@ impl ClientUpstreams {
         });
         backend.client_sessions.fetch_add(1, Ordering::AcqRel);
         tracing::debug!(backend = %name, conn = id, "upstream session opened for a client session");
-        let keeper = Keeper { backend: backend.clone(), conn: conn.clone(), idle: self.idle, ct: self.ct.clone() };
+        // A stdio child of this client's own sleeps after the backend's idle_stop, if sooner: the
+        // client's next request opens another.
+        let idle = backend.config.idle_stop.map_or(self.idle, |stop| stop.min(self.idle));
+        let keeper = Keeper { backend: backend.clone(), conn: conn.clone(), idle, ct: self.ct.clone() };
         tokio::spawn(keeper.run(service, permit));
         Ok(conn)
     }

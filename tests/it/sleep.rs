@@ -161,3 +161,39 @@ async fn a_stop_during_a_wake_leaves_no_child() {
     let none = eventually(Duration::from_secs(10), || std::future::ready(children_marked(&mark).is_empty())).await;
     assert!(none, "no child left behind: {:?}", children_marked(&mark));
 }
+
+/// `per_client`: each client's own child sleeps on its own after `idle_stop`, while another
+/// client's, in use, keeps running; the idle client's next call starts a child of its own again.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn each_clients_own_child_sleeps_on_its_own() {
+    let mark = format!("per-client-{}", std::process::id());
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n[health]\ninterval = \"200ms\"\n\
+         [[backends]]\nname = \"kit\"\ncommand = \"{BIN}\"\nargs = [\"backend\", \"testkit\", \"--stdio\"]\n\
+         session = \"per_client\"\nidle_stop = \"1s\"\nenv = {{ TOOLMUX_TEST_MARK = \"{mark}\" }}\n"
+    );
+    let app = gateway(&toml, EmbedderChoice::None).await;
+    let (busy, _) = client(&app).await;
+    let (idle, _) = client(&app).await;
+    for c in [&busy, &idle] {
+        assert_eq!(text(&call(c, "kit_echo", json!({"input": "x"})).await), "x");
+    }
+    // The gateway's own connection and both clients' children sleep unless used: only the busy
+    // client's child is left.
+    let one_left = eventually(Duration::from_secs(20), || async {
+        assert_eq!(text(&call(&busy, "kit_echo", json!({"input": "still here"})).await), "still here");
+        children_marked(&mark).len() == 1
+    })
+    .await;
+    assert!(one_left, "the idle client's child slept, the busy one's did not: {:?}", children_marked(&mark));
+    let before = children_marked(&mark);
+    assert_eq!(text(&call(&idle, "kit_echo", json!({"input": "back"})).await), "back");
+    let after = children_marked(&mark);
+    assert_eq!(after.len(), 2, "the idle client has a child of its own again");
+    assert!(before.iter().all(|p| after.contains(p)), "the busy client's child was not touched");
+    for c in [busy, idle] {
+        c.cancel().await.unwrap();
+    }
+    app.shutdown().await;
+}
