@@ -61,6 +61,12 @@ fn meta<'a>(tools: &'a [Tool], name: &str) -> &'a serde_json::Map<String, Value>
     &t.meta.as_ref().unwrap_or_else(|| panic!("{name} has no _meta")).0
 }
 
+/// `/status` as `token`'s principal sees it.
+async fn status_as(app: &App, token: &str) -> Value {
+    let url = format!("http://{}/status", app.addr.unwrap());
+    reqwest::Client::new().get(url).bearer_auth(token).send().await.unwrap().json().await.unwrap()
+}
+
 fn instructions(c: &RunningService<RoleClient, Host>) -> String {
     c.peer_info().and_then(|i| i.instructions.clone()).unwrap_or_default()
 }
@@ -145,15 +151,7 @@ async fn each_client_gets_the_surface_its_host_uses_best() {
     );
 
     // /status counts sessions by surface, and lists each for an admin.
-    let status: Value = reqwest::Client::new()
-        .get(format!("http://{}/status", app.addr.unwrap()))
-        .bearer_auth("alice")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = status_as(&app, "alice").await;
     let by = &status["sessions"]["by_surface"];
     assert_eq!(
         (by["deferred"].as_u64(), by["tools"].as_u64(), by["groups"].as_u64()),
@@ -163,15 +161,7 @@ async fn each_client_gets_the_surface_its_host_uses_best() {
     let rows = status["sessions"]["list"].as_array().unwrap();
     let cursor_row = rows.iter().find(|r| r["client"] == "cursor-vscode 1.0").unwrap();
     assert_eq!((&cursor_row["principal"], &cursor_row["surface"]), (&json!("alice"), &json!("tools")));
-    let bobs: Value = reqwest::Client::new()
-        .get(format!("http://{}/status", app.addr.unwrap()))
-        .bearer_auth("bob")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let bobs = status_as(&app, "bob").await;
     assert!(bobs["sessions"]["list"].is_null(), "sessions are listed to admins only");
 
     // A backend going away reaches the deferred client as a list change, not the tools client.
