@@ -2,7 +2,6 @@
 //! under its name, each App readable by the callers who may use a tool that shows it, and the
 //! link to the App carried by call_tool's result for hosts that meet the tool only there.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use rmcp::model::{CallToolResponse, ReadResourceRequestParams, ReadResourceResult, Resource, ResourceContents};
@@ -13,25 +12,6 @@ use crate::session::{Access, Caller, Snapshot};
 use crate::upstream::Backend;
 
 impl GatewayHandler {
-    /// The resources of every backend `caller` may use whole, in backend order (on a duplicate
-    /// URI the first backend's wins), Apps' under their backend's name.
-    pub(super) fn resources(&self, caller: &Caller) -> Vec<Resource> {
-        let mut seen = HashSet::new();
-        let mut out = Vec::new();
-        for b in self.usable_backends(caller) {
-            for r in &self.gw.integrity.parts(b.name()).resources {
-                let mut r = r.clone();
-                if let Some(uri) = apps::exposed(b.name(), &r.uri) {
-                    r.uri = uri;
-                }
-                if seen.insert(r.uri.clone()) {
-                    out.push(r);
-                }
-            }
-        }
-        out
-    }
-
     /// The backend behind an App's exposed `ui://<backend>/…` URI, and `request` for its own
     /// URI, when `caller` may read it: it may use that backend whole, or a tool in its scope
     /// (`snap`) shows this App. Anything else comes back as it came, to be looked up as any
@@ -66,6 +46,13 @@ pub(super) fn app_named<'a>(snap: &'a Snapshot, name: &str) -> Option<&'a crate:
     let mut named = snap.tools().filter(|t| &*t.key.tool == name && shows_apps(&t.key.backend));
     let one = named.next()?;
     named.next().is_none().then_some(one)
+}
+
+/// One of `backend`'s resources as listed: an App's under the backend's name.
+pub(super) fn serve_resource(backend: &str, r: &mut Resource) {
+    if let Some(uri) = apps::exposed(backend, &r.uri) {
+        r.uri = uri;
+    }
 }
 
 /// `backend`'s answer to a read as the client asked for it: its Apps' URIs under its name.

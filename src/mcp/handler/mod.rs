@@ -462,7 +462,8 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<ListResourcesResult, ErrorData> {
         self.measured("resources/list", &context, async {
             let caller = self.caller(&context);
-            Ok(ListResourcesResult::with_all_items(self.resources(&caller)))
+            let out = self.merged(&caller, |l| &l.resources, apps::serve_resource, |r| r.uri.clone());
+            Ok(ListResourcesResult::with_all_items(out))
         })
         .await
     }
@@ -474,7 +475,7 @@ impl ServerHandler for GatewayHandler {
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.measured("resources/templates/list", &context, async {
             let caller = self.caller(&context);
-            let out = self.merged(&caller, |l| &l.templates, |t| t.uri_template.clone());
+            let out = self.merged(&caller, |l| &l.templates, |_, _| {}, |t| t.uri_template.clone());
             Ok(ListResourceTemplatesResult::with_all_items(out))
         })
         .await

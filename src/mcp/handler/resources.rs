@@ -52,19 +52,26 @@ impl GatewayHandler {
         self.gw.integrity.parts(backend.name())
     }
 
-    /// The items of every backend `caller` may use, in backend order; on a duplicate `key` the
-    /// first backend's item wins.
+    /// The items of every backend `caller` may use, in backend order, each as `served` makes it
+    /// for its backend; on a duplicate `key` the first backend's item wins.
     pub(super) fn merged<T: Clone, K: Eq + std::hash::Hash>(
         &self,
         caller: &Caller,
         items: impl Fn(&Parts) -> &Vec<T>,
+        served: impl Fn(&str, &mut T),
         key: impl Fn(&T) -> K,
     ) -> Vec<T> {
         let mut seen = HashSet::new();
         let mut out = Vec::new();
         for b in self.usable_backends(caller) {
             let parts = self.parts(&b);
-            out.extend(items(&parts).iter().filter(|item| seen.insert(key(item))).cloned());
+            for item in items(&parts) {
+                let mut item = item.clone();
+                served(b.name(), &mut item);
+                if seen.insert(key(&item)) {
+                    out.push(item);
+                }
+            }
         }
         out
     }
