@@ -125,6 +125,26 @@ async fn each_client_gets_the_surface_its_host_uses_best() {
     assert_eq!(r.is_error, Some(true), "outside bob's scope: {}", text(&r));
     assert!(meta(&listed, "echo_echo").get("anthropic/alwaysLoad").is_none());
 
+    // Without a session (2026-07-28), the name travels with each request: the same surface, and
+    // alice's calls made without a session count for her alone too.
+    let handler = Host { name: "claude-code", groups: false, changed: Arc::default() };
+    let alice_stateless = stateless_client(&app, handler.clone(), Some("alice")).await;
+    let listed = alice_stateless.list_all_tools().await.unwrap();
+    assert!(names(&listed).contains(&"kit_whoami"), "the deferred listing without a session");
+    for _ in 0..3 {
+        let r = alice_stateless.call_tool(CallToolRequestParams::new("echo_echo").with_arguments(echo("x"))).await;
+        assert_eq!(r.unwrap().is_error, Some(false));
+    }
+    let bob_stateless = stateless_client(&app, handler, Some("bob")).await;
+    let listed = bob_stateless.list_all_tools().await.unwrap();
+    assert!(!names(&listed).iter().any(|n| n.starts_with("kit_")), "bob's scope without a session too");
+    assert!(meta(&listed, "echo_echo").get("anthropic/alwaysLoad").is_none(), "alice's use is not bob's");
+    let listed = claude.list_all_tools().await.unwrap();
+    assert_eq!(meta(&listed, "echo_echo")["anthropic/alwaysLoad"], true, "alice's most used, whichever way she called");
+    for c in [alice_stateless, bob_stateless] {
+        c.cancel().await.unwrap();
+    }
+
     // Cursor is in no entry: the meta-tools, the pinned tool, nothing else callable by name.
     let (cursor, _) = host(&app, "alice", "cursor-vscode", false).await;
     let said = instructions(&cursor);
