@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Found, Server, Skipped, Transport};
+use super::{Found, Server, Skipped, Transport, var_name};
 
 /// The official registry.
 pub const DEFAULT_URL: &str = "https://registry.modelcontextprotocol.io";
@@ -124,16 +124,6 @@ fn short(name: &str) -> &str {
 
 fn text<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
-}
-
-/// A variable name from what the server calls a value (`api-key` → `API_KEY`).
-fn var_name(raw: &str) -> String {
-    let v: String = raw
-        .trim_start_matches('-')
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' })
-        .collect();
-    if v.starts_with(|c: char| c.is_ascii_digit()) { format!("_{v}") } else { v }
 }
 
 fn package(name: &str, p: &Value) -> Result<Server, String> {

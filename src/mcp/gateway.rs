@@ -256,13 +256,7 @@ impl Gateway {
     /// is on and the client declared the extension at initialize.
     pub fn groups_listed(&self, session: &SessionHandle) -> Option<u64> {
         let groups = self.groups.as_ref()?;
-        let declared = session
-            .peer()?
-            .peer_info()?
-            .capabilities
-            .extensions
-            .as_ref()?
-            .contains_key(super::groups::GROUPS_EXTENSION);
+        let declared = super::groups::declared(&session.peer()?.peer_info()?.capabilities);
         declared.then(|| groups.listed(&session.snapshot(), self))
     }
 

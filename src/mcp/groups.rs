@@ -18,6 +18,11 @@ use crate::session::Snapshot;
 
 pub const GROUPS_EXTENSION: &str = "io.modelcontextprotocol/groups";
 pub const LIST: &str = "groups/list";
+
+/// Whether a client's capabilities declare the groups extension.
+pub fn declared(capabilities: &rmcp::model::ClientCapabilities) -> bool {
+    capabilities.extensions.as_ref().is_some_and(|e| e.contains_key(GROUPS_EXTENSION))
+}
 pub const GET: &str = "groups/get";
 pub const LIST_CHANGED: &str = "notifications/groups/list_changed";
 /// Tool names given as examples in a group's made-up description.

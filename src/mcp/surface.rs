@@ -74,10 +74,7 @@ impl<'a> Client<'a> {
         info: Option<&'a rmcp::model::Implementation>,
         capabilities: Option<&rmcp::model::ClientCapabilities>,
     ) -> Self {
-        let groups = capabilities
-            .and_then(|c| c.extensions.as_ref())
-            .is_some_and(|e| e.contains_key(crate::mcp::groups::GROUPS_EXTENSION));
-        Self { name: info.map(|i| i.name.as_str()), groups }
+        Self { name: info.map(|i| i.name.as_str()), groups: capabilities.is_some_and(crate::mcp::groups::declared) }
     }
 }
 

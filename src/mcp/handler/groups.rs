@@ -12,8 +12,7 @@ impl GatewayHandler {
     /// Whether this request's client declared the groups extension (in the request's `_meta`, or
     /// at its session's initialize) and `[groups]` is on.
     pub(super) fn wants_groups(&self, ctx: &RequestContext<RoleServer>) -> bool {
-        self.gw.groups.is_some()
-            && ctx.client_capabilities().and_then(|c| c.extensions).is_some_and(|e| e.contains_key(GROUPS_EXTENSION))
+        self.gw.groups.is_some() && ctx.client_capabilities().is_some_and(|c| crate::mcp::groups::declared(&c))
     }
 
     /// `groups/list` or `groups/get`.
