@@ -184,6 +184,11 @@ pub struct Metrics {
     pub connections: Connections,
     pub descriptor_limit: Gauge,
     pub descriptors_open: Gauge,
+    pub learning_labels: Gauge,
+    pub adapter_served: Gauge,
+    pub adapter_version: Gauge,
+    pub adapter_margin: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub adapter_fit_labels: Gauge,
     pub limits: LimitCounters,
     pub audit: AuditCounters,
     pub tokens: tokens::Tokens,
@@ -240,6 +245,11 @@ impl Metrics {
             connections: Connections::default(),
             descriptor_limit: Gauge::default(),
             descriptors_open: Gauge::default(),
+            learning_labels: Gauge::default(),
+            adapter_served: Gauge::default(),
+            adapter_version: Gauge::default(),
+            adapter_margin: Gauge::default(),
+            adapter_fit_labels: Gauge::default(),
             limits: LimitCounters::default(),
             audit: AuditCounters::default(),
             tokens: tokens::Tokens::default(),
@@ -340,6 +350,27 @@ impl Metrics {
         );
         r.register("descriptor_limit", "The process's file descriptor limit (soft)", m.descriptor_limit.clone());
         r.register("descriptors_open", "File descriptors the process holds", m.descriptors_open.clone());
+        r.register(
+            "learning_labels",
+            "Labels find_tool learned from (calls that followed it)",
+            m.learning_labels.clone(),
+        );
+        r.register(
+            "adapter_served",
+            "1 while find_tool searches through a fitted query adapter",
+            m.adapter_served.clone(),
+        );
+        r.register("adapter_version", "The query adapter's version served (0: none)", m.adapter_version.clone());
+        r.register(
+            "adapter_margin",
+            "Points of held-back recall@8 the last fit of the query adapter gained over the plain search",
+            m.adapter_margin.clone(),
+        );
+        r.register(
+            "adapter_fit_labels",
+            "Labels the last fit of the query adapter was fitted on",
+            m.adapter_fit_labels.clone(),
+        );
         r.register(
             "limit_refusals",
             "Requests refused by a [[limits]] rule, by rule and limit",

@@ -30,6 +30,7 @@ use crate::store::integrity::Integrity;
 use crate::store::learned::Learned;
 use crate::upstream::{Backend, Upstream};
 
+mod learning;
 mod reload;
 pub use reload::Reloaded;
 
@@ -40,8 +41,6 @@ const EMBED_RETRY_START: Duration = Duration::from_secs(1);
 const EMBED_RETRY_MAX: Duration = Duration::from_secs(300);
 /// How long stdio backends' process groups get between SIGTERM and SIGKILL.
 const CHILD_GRACE: Duration = Duration::from_secs(2);
-/// How often what find_tool learned is written to `optimizer.learning_file` (when it changed).
-const LEARNED_SAVE_EVERY: Duration = Duration::from_secs(60);
 
 /// Which embedder the store gets.
 pub enum EmbedderChoice {
@@ -132,7 +131,7 @@ impl App {
             let l = Arc::new(Learned::open(opt.learning, dim, file.clone()));
             store.set_learned(l.clone());
             if file.is_some() {
-                tasks.spawn(keep_learned(l.clone(), ct.clone()));
+                tasks.spawn(learning::keep(l.clone(), ct.clone()));
             }
             learned = Some(l);
         }
@@ -164,7 +163,7 @@ impl App {
             integrity,
             groups: config.groups.clone(),
             aggregation: config.aggregation.clone(),
-            store,
+            store: store.clone(),
             upstream: upstream.clone(),
             health: health.clone(),
             policy,
@@ -190,17 +189,22 @@ impl App {
             tasks.spawn(audit_logins(gateway.clone(), ct.child_token()));
         }
 
+        let mut shared_store = None;
         if opts.http
             && let crate::config::SessionStore::Redis(redis) = &config.sessions.store
         {
             let shared = SharedSessions::new(redis, config.server.limits.session_idle_timeout)?;
             tasks.spawn(shared.clone().run_write_through(ct.child_token()));
-            if let Some(learned) = learned.filter(|l| l.is_enabled()) {
-                tasks.spawn(share_learned(learned, shared.clone(), ct.child_token()));
+            if let Some(learned) = learned.clone().filter(|l| l.is_enabled()) {
+                tasks.spawn(learning::share(learned, shared.clone(), ct.child_token()));
             }
+            shared_store = Some(shared.clone());
             gateway.limiter.share(shared.clone(), config.sessions.limits_when_unreachable);
             gateway.results.share(shared.clone());
             gateway.share_sessions(shared);
+        }
+        if let Some(learned) = learned.filter(|l| l.is_enabled()) {
+            tasks.spawn(learning::fit_adapter(learned, store.clone(), shared_store, ct.child_token()));
         }
         let addr = if opts.http {
             let listener = tokio::net::TcpListener::bind(config.server.listen)
@@ -312,68 +316,6 @@ impl App {
     pub fn stopped(&self) -> CancellationToken {
         self.stopped.clone()
     }
-}
-
-/// How often a replica reads the labels the others (and it) added to the store.
-const LABELS_READ_EVERY: Duration = Duration::from_secs(1);
-
-/// Shares what find_tool learns with the other replicas: labels made here go to the store's
-/// stream, and every label in the stream, this replica's own included, is applied in the
-/// stream's order, so every replica ranks a request the same way (within a second). A label
-/// that cannot be written is applied here alone. A replica started later learns from the
-/// labels the stream still keeps.
-async fn share_learned(learned: Arc<Learned>, store: Arc<SharedSessions>, ct: CancellationToken) {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let salt = loop {
-        match store.learned_salt(rand::random()).await {
-            Ok(salt) => break salt,
-            Err(e) => tracing::debug!(error = %e.0, "the store is not answering: find_tool learns here until it does"),
-        }
-        tokio::select! {
-            _ = ct.cancelled() => return,
-            _ = tokio::time::sleep(LABELS_READ_EVERY) => {}
-        }
-    };
-    learned.share(salt, tx);
-    let mut after = "0".to_string();
-    let mut tick = tokio::time::interval(LABELS_READ_EVERY);
-    loop {
-        tokio::select! {
-            _ = ct.cancelled() => return,
-            Some(label) = rx.recv() => {
-                if let Err(e) = store.add_label(&label).await {
-                    tracing::warn!(error = %e.0, "a find_tool label could not be shared: applied on this replica only");
-                    learned.apply(&label);
-                }
-            }
-            _ = tick.tick() => {
-                // Read until caught up (a batch is at most 512 labels).
-                while let Ok((labels, last)) = store.labels_after(&after).await {
-                    labels.iter().for_each(|l| learned.apply(l));
-                    after = last;
-                    if labels.len() < 512 {
-                        break;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Saves what find_tool learned every [`LEARNED_SAVE_EVERY`] it changed, and once more at stop.
-async fn keep_learned(learned: Arc<Learned>, ct: CancellationToken) {
-    let save = || {
-        if let Err(e) = learned.save() {
-            tracing::warn!(error = %format!("{e:#}"), "what find_tool learned could not be saved (optimizer.learning_file)");
-        }
-    };
-    loop {
-        tokio::select! {
-            _ = ct.cancelled() => break,
-            _ = tokio::time::sleep(LEARNED_SAVE_EVERY) => save(),
-        }
-    }
-    save();
 }
 
 /// Rebuilds the store when the backends' tools change and tells sessions when their scope may

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use super::{EvalQuery, Metrics, catalog, model_store, read_jsonl};
 use crate::catalog::ToolKey;
 use crate::index::AllowList;
-use crate::store::learned::Learned;
+use crate::store::adapter::{self, Judged};
+use crate::store::learned::{self, Learned, Served};
 use crate::store::{Query, Ranker};
 
 const FOLDS: usize = 2;
@@ -31,6 +32,28 @@ struct Set {
     queries: Vec<Replayed>,
     /// Per setting of the grid, every query's ranking with what the other half taught.
     rerank: Vec<Vec<Vec<String>>>,
+    /// Per row of [`ADAPTER_ROWS`], every query's ranking.
+    adapted: Vec<Vec<Vec<String>>>,
+    /// Each fold's fit, as the guard judged it.
+    fits: Vec<Judged>,
+}
+
+/// The rows that measure the query adapter: (label, ranker, weight of the per-tool bonus,
+/// adapter served as the guard decides or always).
+const ADAPTER_ROWS: [(&str, Ranker, f32, Serve); 6] = [
+    ("dense only, nothing learned", Ranker::DenseOnly, 0.0, Serve::Never),
+    ("dense only, adapter as the guard decides", Ranker::DenseOnly, 0.0, Serve::Guarded),
+    ("dense only, adapter always", Ranker::DenseOnly, 0.0, Serve::Always),
+    ("fused, adapter alone (no per-tool bonus), always", Ranker::Fused, 0.0, Serve::Always),
+    ("**learned (shipped) + adapter as the guard decides**", Ranker::Fused, learned::WEIGHT, Serve::Guarded),
+    ("learned (shipped) + adapter always", Ranker::Fused, learned::WEIGHT, Serve::Always),
+];
+
+#[derive(Clone, Copy, PartialEq)]
+enum Serve {
+    Never,
+    Guarded,
+    Always,
 }
 
 fn score(rankings: impl Iterator<Item = (Vec<String>, Vec<String>)>) -> (f64, f64) {
@@ -83,8 +106,73 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
             }
             rerank.push(ranked);
         }
+        // The adapter: fitted per fold on the labels of the other half, as a gateway would.
+        let (keys, tools) = generation.tool_vectors().ok_or_else(|| anyhow::anyhow!("no tool vectors"))?;
+        let mut adapted = vec![vec![Vec::new(); raw.len()]; ADAPTER_ROWS.len()];
+        let mut fits = Vec::new();
+        let settings = adapter::Settings::default();
+        for fold in 0..FOLDS {
+            let teach = |weight: f32| {
+                let learned = Learned::new(true, embedder.dim(), None).tuned(weight, learned::MIN_LABELS);
+                for (i, q) in queries.iter().enumerate().filter(|(i, _)| i % FOLDS != fold) {
+                    for g in &q.gold {
+                        let tool = ToolKey { backend: "eval".into(), tool: g.as_str().into() };
+                        learned.record(&q.vector, &tool, &i.to_string());
+                    }
+                }
+                learned
+            };
+            let probe = teach(0.0);
+            let started = std::time::Instant::now();
+            let fit = probe.fit(&keys, &tools, settings, &|| false);
+            let judged = fit.as_ref().map(|f| f.judged.clone());
+            if let Some(f) = fit {
+                let version = probe.next_version();
+                probe.install(f, version);
+            }
+            let fitted = match judged {
+                Some(j) => {
+                    eprintln!(
+                        "  fold {fold}: {} labels fitted, {} held back, recall@8 {:.1} -> {:.1} ({}), {:.1} s",
+                        j.fitted,
+                        j.held_out,
+                        j.plain,
+                        j.adapted,
+                        if j.served() { "served" } else { "not served" },
+                        started.elapsed().as_secs_f64()
+                    );
+                    fits.push(j.clone());
+                    // The same fit, served whatever the guard said.
+                    let rows: std::collections::HashMap<&str, usize> =
+                        keys.iter().enumerate().map(|(i, k)| (&*k.tool, i)).collect();
+                    let examples = probe.examples(|_, t| rows.get(t).copied());
+                    let salt = probe.salt();
+                    let all: Vec<_> = examples.into_iter().filter(|e| e.teaches).collect();
+                    adapter::fit(&all, &tools, embedder.dim(), settings, salt, &|| false).map(|a| (a, j))
+                }
+                None => {
+                    eprintln!("  fold {fold}: too few labels to fit");
+                    None
+                }
+            };
+            for (r, &(_, ranker, weight, serve)) in ADAPTER_ROWS.iter().enumerate() {
+                let learned = teach(weight);
+                match (serve, &fitted) {
+                    (Serve::Always, Some((a, j))) => {
+                        learned.serve(Some(Served { adapter: a.clone(), version: 1, judged: j.clone() }))
+                    }
+                    (Serve::Guarded, _) => learned.serve(probe.served().map(|s| (*s).clone())),
+                    _ => {}
+                }
+                for (i, q) in raw.iter().enumerate().filter(|(i, _)| i % FOLDS == fold) {
+                    let query = Query { description: q.query.clone(), keywords: Vec::new() };
+                    let r2 = store.search_learning(&generation, &allow, &query, 10, ranker, Some(&learned)).await;
+                    adapted[r][i] = names(&r2.hits);
+                }
+            }
+        }
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        loaded.push(Set { name, queries, rerank });
+        loaded.push(Set { name, queries, rerank, adapted, fits });
     }
     let names: Vec<&str> = loaded.iter().map(|s| s.name.as_str()).collect();
     println!("R@8 / MRR@10, every query ranked by what the other half of its set taught:");
@@ -105,6 +193,29 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
     for (c, &(w, m)) in grid.iter().enumerate() {
         let row: Vec<String> = scored[c].iter().map(|x| cell(*x)).collect();
         println!("| learned, weight {w}, at least {m} labels | {} |", row.join(" | "));
+    }
+    for (r, (label, ..)) in ADAPTER_ROWS.iter().enumerate() {
+        let row: Vec<String> = loaded
+            .iter()
+            .map(|s| cell(score(s.adapted[r].iter().zip(&s.queries).map(|(r, q)| (r.clone(), q.gold.clone())))))
+            .collect();
+        println!("| {label} | {} |", row.join(" | "));
+    }
+    println!();
+    println!("The adapter's guard, per set and fold (labels fitted / held back, held-back recall@8 plain -> adapted):");
+    for s in &loaded {
+        for (fold, j) in s.fits.iter().enumerate() {
+            println!(
+                "- {} fold {fold}: {} / {}, {:.1} -> {:.1}: {} ({:.1} s)",
+                s.name,
+                j.fitted,
+                j.held_out,
+                j.plain,
+                j.adapted,
+                if j.served() { "served" } else { "identity kept" },
+                j.seconds
+            );
+        }
     }
     if loaded.len() > 1 {
         let gain = |c: usize, s: usize| (scored[c][s].0 - base[s].0) + (scored[c][s].1 - base[s].1);

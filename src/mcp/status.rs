@@ -50,6 +50,70 @@ pub struct LearningStatus {
     pub active: bool,
     pub labels: u64,
     pub tools: usize,
+    /// The query adapter (`store::adapter`).
+    pub adapter: AdapterStatus,
+}
+
+/// The query adapter: whether find_tool searches through one, and why.
+#[derive(Debug, Serialize)]
+pub struct AdapterStatus {
+    /// Whether the dense search runs through a fitted adapter now.
+    pub served: bool,
+    /// The version served (the replicas all serve the same one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+    /// Labels kept whole to fit it from.
+    pub labels: usize,
+    /// Labels recorded when the fitter last looked whether to fit.
+    pub considered_at_labels: u64,
+    /// Labels (of tools enough principals labelled) a fit needs at all.
+    pub min_labels: usize,
+    /// Points of recall@8 on held-back labels a fit must gain over the plain search.
+    pub required_margin: f64,
+    /// The last fit, served or not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_fit: Option<FitStatus>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FitStatus {
+    /// Labels recorded when it began.
+    pub at_labels: u64,
+    /// Labels it was fitted on, and held back to judge it.
+    pub fitted: usize,
+    pub held_out: usize,
+    /// Recall@8 of the held-back labels, plain and adapted (percent), and the difference.
+    pub recall_plain: f64,
+    pub recall_adapted: f64,
+    pub margin: f64,
+    pub seconds: f64,
+}
+
+impl AdapterStatus {
+    pub fn of(l: &crate::store::learned::Learned) -> Self {
+        let served = l.served();
+        Self {
+            served: served.is_some(),
+            version: served.map(|s| s.version),
+            labels: l.pairs(),
+            considered_at_labels: l.considered_at(),
+            min_labels: crate::store::adapter::MIN_LABELS,
+            required_margin: crate::store::adapter::MARGIN,
+            last_fit: l.last_fit().map(|(j, at_labels)| FitStatus {
+                at_labels,
+                fitted: j.fitted,
+                held_out: j.held_out,
+                recall_plain: round1(j.plain),
+                recall_adapted: round1(j.adapted),
+                margin: round1(j.margin()),
+                seconds: (j.seconds * 1000.0).round() / 1000.0,
+            }),
+        }
+    }
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
 }
 
 /// Tasks backends run for clients (SEP-2663), as this replica knows them.
@@ -298,6 +362,7 @@ impl Gateway {
                 active: l.active(),
                 labels: l.total(),
                 tools: l.tools(),
+                adapter: AdapterStatus::of(l),
             }),
             reload: self.reloads.lock().expect("reload log").clone(),
             descriptors: crate::descriptors::current(),
@@ -361,6 +426,13 @@ impl Gateway {
         metrics::catch_up(&m.sessionless_refused, refused);
         m.descriptor_limit.set(status.descriptors.limit.map_or(-1, |n| n.min(i64::MAX as u64) as i64));
         m.descriptors_open.set(status.descriptors.open.map_or(-1, |n| n as i64));
+        if let Some(l) = &status.learning {
+            m.learning_labels.set(l.labels.min(i64::MAX as u64) as i64);
+            m.adapter_served.set(i64::from(l.adapter.served));
+            m.adapter_version.set(l.adapter.version.map_or(0, |v| v.min(i64::MAX as u64) as i64));
+            m.adapter_margin.set(l.adapter.last_fit.as_ref().map_or(0.0, |f| f.margin));
+            m.adapter_fit_labels.set(l.adapter.last_fit.as_ref().map_or(0, |f| f.fitted as i64));
+        }
         if let Some(store) = &status.sessions.store {
             m.session_store_up.set(i64::from(store.state == "up"));
             m.session_store_pending.set(store.pending_writes as i64);
@@ -460,6 +532,26 @@ pub fn table(s: &serde_json::Value) -> String {
     if let Some(limit) = s["descriptors"]["limit"].as_u64() {
         let raised = s["descriptors"]["started_with"].as_u64().map_or(String::new(), |n| format!(", raised from {n}"));
         let _ = writeln!(out, "file descriptors: {} open of {limit}{raised}", text(&s["descriptors"]["open"]));
+    }
+    let adapter = &s["learning"]["adapter"];
+    if adapter.is_object() {
+        let served = match adapter["version"].as_u64() {
+            Some(v) if adapter["served"] == true => format!("served (version {v})"),
+            _ => "not served".to_string(),
+        };
+        let fit = &adapter["last_fit"];
+        let why = if fit.is_object() {
+            format!(
+                "; last fit on {} labels: held-back recall@8 {} -> {} (needs +{})",
+                text(&fit["fitted"]),
+                text(&fit["recall_plain"]),
+                text(&fit["recall_adapted"]),
+                text(&adapter["required_margin"])
+            )
+        } else {
+            format!(", not fitted yet (needs {} labels of tools two principals used)", text(&adapter["min_labels"]))
+        };
+        let _ = writeln!(out, "query adapter: {served}, {} labels kept{why}", text(&adapter["labels"]));
     }
     if let Some(e) = s["reload"]["last_error"].as_str() {
         let _ = writeln!(out, "last reload refused: {e}");

@@ -31,8 +31,10 @@ use std::path::PathBuf;
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use arc_swap::ArcSwapOption;
 use serde::{Deserialize, Serialize};
 
+use super::adapter::{self, Adapter, Example, Judged};
 use crate::catalog::ToolKey;
 
 /// Labels a tool needs before its learned vector counts: two, so that no one session (which
@@ -55,6 +57,11 @@ pub const MAX_WEIGHT: u32 = 64;
 pub const PER_SESSION: usize = 16;
 /// Result sizes kept per tool, the most recent: enough for a 95th percentile to mean something.
 pub const SIZE_SAMPLES: usize = 40;
+/// Labels kept whole (request vector, tool, principal) for fitting the query adapter, the most
+/// recent: as many as the replicas' shared stream keeps.
+pub const MAX_PAIRS: usize = 20_000;
+/// The share of a fit's weight one principal may carry, at most (its labels weigh less past it).
+pub const PRINCIPAL_SHARE: f32 = 0.1;
 
 /// The bonus's weight, in units of the fused score (a z-score mean): chosen with
 /// `toolmux eval-learning` as the setting whose smaller gain over the two sets is largest, among
@@ -103,6 +110,119 @@ pub struct Learned {
     /// The sizes of each tool's recent results, in tokens (for find_tool's answer): observed on
     /// every completed call whatever `learning` says, since they steer no ranking.
     sizes: RwLock<HashMap<ToolKey, VecDeque<u32>>>,
+    /// The labels themselves, the most recent [`MAX_PAIRS`], for fitting the query adapter.
+    pairs: RwLock<VecDeque<Pair>>,
+    /// The query adapter being served, if a fit passed its guard.
+    adapter: ArcSwapOption<Served>,
+    /// How the last fit went, served or not, and the labels recorded when it started.
+    judged: RwLock<Option<(Judged, u64)>>,
+    /// Labels recorded when the fitter last looked whether to fit (fitting or not).
+    considered: AtomicU64,
+}
+
+/// One label as kept for the adapter: a request vector at one signed byte per dimension.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Pair {
+    backend: String,
+    tool: String,
+    who: u64,
+    #[serde(with = "hex_i8")]
+    vector: Vec<i8>,
+}
+
+/// What one fit of the query adapter decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fitted {
+    /// The adapter to serve, if it passed the guard.
+    pub adapter: Option<Adapter>,
+    pub judged: Judged,
+    /// Labels recorded when the fit began.
+    pub labels: u64,
+}
+
+impl Fitted {
+    /// As the replicas' store keeps it (JSON, the matrix with its digest), numbered `version`.
+    pub fn to_record(&self, version: u64) -> String {
+        let record = Record {
+            version,
+            labels: self.labels,
+            judged: JudgedRecord::of(&self.judged),
+            adapter: self.adapter.as_ref().map(|a| MatrixRecord { dim: a.dim, sha256: digest(&a.w), w: a.w.clone() }),
+        };
+        serde_json::to_string(&record).expect("a record serialises")
+    }
+
+    /// A record read back, with its version; why not, if it does not verify for `dim`.
+    pub fn from_record(json: &str, dim: usize) -> Result<(Self, u64), String> {
+        let r: Record = serde_json::from_str(json).map_err(|e| format!("it is not an adapter record: {e}"))?;
+        let adapter = r.adapter.map(|m| m.verified(dim)).transpose()?;
+        Ok((Self { adapter, judged: r.judged.into(), labels: r.labels }, r.version))
+    }
+}
+
+/// A fit as written to the learning file or the replicas' store.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    version: u64,
+    labels: u64,
+    judged: JudgedRecord,
+    adapter: Option<MatrixRecord>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct JudgedRecord {
+    fitted: usize,
+    held_out: usize,
+    plain: f64,
+    adapted: f64,
+    seconds: f64,
+}
+
+impl JudgedRecord {
+    fn of(j: &Judged) -> Self {
+        Self { fitted: j.fitted, held_out: j.held_out, plain: j.plain, adapted: j.adapted, seconds: j.seconds }
+    }
+}
+
+impl From<JudgedRecord> for Judged {
+    fn from(j: JudgedRecord) -> Self {
+        Self { fitted: j.fitted, held_out: j.held_out, plain: j.plain, adapted: j.adapted, seconds: j.seconds }
+    }
+}
+
+/// A matrix with the digest it must match when read back.
+#[derive(Serialize, Deserialize)]
+struct MatrixRecord {
+    dim: usize,
+    #[serde(with = "hex_f32")]
+    w: Vec<f32>,
+    /// SHA-256 of `w`'s little-endian bytes, hex.
+    sha256: String,
+}
+
+impl MatrixRecord {
+    fn verified(self, dim: usize) -> Result<Adapter, String> {
+        let adapter = Adapter { dim: self.dim, w: self.w };
+        if self.dim != dim {
+            return Err("it was fitted for another model".into());
+        }
+        if digest(&adapter.w) != self.sha256 {
+            return Err("its digest does not match its matrix".into());
+        }
+        if !adapter.is_finite() {
+            return Err("its matrix is not whole and finite".into());
+        }
+        Ok(adapter)
+    }
+}
+
+/// A query adapter that passed its guard, as served.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    pub adapter: Adapter,
+    /// Counts up with each adapter served (the replicas' store numbers them for all).
+    pub version: u64,
+    pub judged: Judged,
 }
 
 /// How large a tool's results have been, in tokens.
@@ -149,6 +269,34 @@ struct File {
     /// Recent result sizes in tokens, by tool.
     #[serde(default)]
     sizes: Vec<(String, String, Vec<u32>)>,
+    #[serde(default)]
+    pairs: Vec<Pair>,
+    /// The last fit of the query adapter (served or not).
+    #[serde(default)]
+    adapter: Option<String>,
+}
+
+/// SHA-256 of a matrix's little-endian bytes, hex.
+pub fn digest(w: &[f32]) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    w.iter().for_each(|x| h.update(x.to_le_bytes()));
+    base16ct::lower::encode_string(&h.finalize())
+}
+
+mod hex_i8 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[i8], s: S) -> Result<S::Ok, S::Error> {
+        let bytes: Vec<u8> = v.iter().map(|&b| b as u8).collect();
+        s.serialize_str(&base16ct::lower::encode_string(&bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<i8>, D::Error> {
+        let text = String::deserialize(d)?;
+        let bytes = base16ct::lower::decode_vec(text).map_err(serde::de::Error::custom)?;
+        Ok(bytes.into_iter().map(|b| b as i8).collect())
+    }
 }
 
 mod hex_f32 {
@@ -184,6 +332,10 @@ impl Learned {
             salt: RwLock::new(rand::random()),
             shared: std::sync::OnceLock::new(),
             sizes: RwLock::default(),
+            pairs: RwLock::default(),
+            adapter: ArcSwapOption::empty(),
+            judged: RwLock::default(),
+            considered: AtomicU64::new(0),
         }
     }
 
@@ -271,12 +423,30 @@ impl Learned {
             sizes.insert(ToolKey { backend: backend.into(), tool: tool.into() }, recent);
         }
         drop(sizes);
+        let mut pairs: VecDeque<Pair> = file.pairs.into_iter().filter(|p| p.vector.len() == dim).collect();
+        pairs.drain(..pairs.len().saturating_sub(MAX_PAIRS));
+        *me.pairs.write().expect("learned lock") = pairs;
+        if let Some(record) = file.adapter {
+            match Fitted::from_record(&record, dim) {
+                Ok((fitted, version)) => me.install(fitted, version),
+                Err(why) => {
+                    // Kept for a look; the labels still count, and the next fit starts afresh.
+                    let aside = copy_aside(p);
+                    tracing::warn!(file = %p.display(), aside = ?aside, why, "the query adapter in optimizer.learning_file was not used");
+                }
+            }
+        }
         me.total.store(file.total, Ordering::Relaxed);
         me
     }
 
     pub fn is_enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// The request vectors' dimension.
+    pub fn dim(&self) -> usize {
+        self.dim
     }
 
     /// Labels recorded, over all tools.
@@ -291,6 +461,11 @@ impl Learned {
     /// Whether learned vectors count in rankings yet.
     pub fn active(&self) -> bool {
         self.enabled && self.total() >= MIN_TOTAL
+    }
+
+    /// The key principals are hashed under (also the seed of the adapter's split).
+    pub fn salt(&self) -> u64 {
+        *self.salt.read().expect("learned lock")
     }
 
     /// The keyed hash a principal is known by here.
@@ -361,6 +536,18 @@ impl Learned {
         }
         entry.sum.iter_mut().zip(vector).for_each(|(s, v)| *s += v);
         entry.confirmed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        drop(tools);
+        let mut pairs = self.pairs.write().expect("learned lock");
+        if pairs.len() == MAX_PAIRS {
+            pairs.pop_front();
+        }
+        pairs.push_back(Pair {
+            backend: tool.backend.to_string(),
+            tool: tool.tool.to_string(),
+            who,
+            vector: vector.iter().map(|x| (x * 127.0).round().clamp(-127.0, 127.0) as i8).collect(),
+        });
+        drop(pairs);
         self.total.fetch_add(1, Ordering::Relaxed);
         self.dirty.store(true, Ordering::Relaxed);
     }
@@ -382,6 +569,122 @@ impl Learned {
         self.weight * confidence * cos
     }
 
+    /// The request vector the dense search should use: through the served adapter, if any.
+    pub fn adapt(&self, vector: &[f32]) -> Option<Vec<f32>> {
+        if !self.enabled {
+            return None;
+        }
+        self.adapter.load().as_ref().map(|s| s.adapter.apply(vector))
+    }
+
+    /// The adapter being served, if any.
+    pub fn served(&self) -> Option<std::sync::Arc<Served>> {
+        self.adapter.load_full()
+    }
+
+    /// How the last fit went (served or not), and the labels recorded when it started.
+    pub fn last_fit(&self) -> Option<(Judged, u64)> {
+        self.judged.read().expect("learned lock").clone()
+    }
+
+    /// Labels kept whole for the adapter.
+    pub fn pairs(&self) -> usize {
+        self.pairs.read().expect("learned lock").len()
+    }
+
+    /// The labels as examples over a catalog whose tools `row` finds: only labels of tools that
+    /// [`MIN_PRINCIPALS`] principals labelled teach the adapter (the others only judge it), and
+    /// each principal's weight is capped at [`PRINCIPAL_SHARE`] of the whole (but never below
+    /// its [`PER_PRINCIPAL`] labels' worth).
+    pub fn examples(&self, row: impl Fn(&str, &str) -> Option<usize>) -> Vec<Example> {
+        let counted: std::collections::HashSet<(String, String)> = {
+            let tools = self.tools.read().expect("learned lock");
+            tools
+                .iter()
+                .filter(|(_, e)| e.by.len() >= MIN_PRINCIPALS)
+                .map(|(k, _)| (k.backend.to_string(), k.tool.to_string()))
+                .collect()
+        };
+        let pairs = self.pairs.read().expect("learned lock");
+        let mut examples = Vec::new();
+        let mut whose = Vec::new();
+        for p in pairs.iter() {
+            let Some(target) = row(&p.backend, &p.tool) else { continue };
+            let query: Vec<f32> = p.vector.iter().map(|&b| f32::from(b)).collect();
+            let norm = query.iter().map(|x| x * x).sum::<f32>().sqrt();
+            if norm == 0.0 {
+                continue;
+            }
+            // Labels of one request share its vector: they stay on one side of the guard's split.
+            let request = {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                p.vector.hash(&mut h);
+                h.finish()
+            };
+            let teaches = counted.contains(&(p.backend.clone(), p.tool.clone()));
+            let query = query.iter().map(|x| x / norm).collect();
+            examples.push(Example { query, target, weight: 1.0, request, teaches });
+            whose.push(p.who);
+        }
+        let mut per: HashMap<u64, usize> = HashMap::new();
+        whose.iter().for_each(|w| *per.entry(*w).or_default() += 1);
+        let cap = (PRINCIPAL_SHARE * examples.len() as f32).max(PER_PRINCIPAL as f32);
+        for (e, w) in examples.iter_mut().zip(&whose) {
+            e.weight = (cap / per[w] as f32).min(1.0);
+        }
+        examples
+    }
+
+    /// Fits the query adapter on what was learned over a catalog (`keys` and their unit vectors
+    /// `tools`, row by row) and judges it; [`Learned::install`] serves the outcome. `None` if
+    /// too few labels teach or `between` (asked between batches) ended it.
+    pub fn fit(
+        &self,
+        keys: &[ToolKey],
+        tools: &[f32],
+        settings: adapter::Settings,
+        between: &dyn Fn() -> bool,
+    ) -> Option<Fitted> {
+        let rows: HashMap<(&str, &str), usize> =
+            keys.iter().enumerate().map(|(i, k)| ((&*k.backend, &*k.tool), i)).collect();
+        let labels = self.total();
+        let examples = self.examples(|b, t| rows.get(&(b, t)).copied());
+        if examples.iter().filter(|e| e.teaches).count() < adapter::MIN_LABELS {
+            return None;
+        }
+        let (adapter, judged) = adapter::fit_and_judge(&examples, tools, self.dim, settings, self.salt(), between)?;
+        Some(Fitted { adapter, judged, labels })
+    }
+
+    /// Serves what a fit decided (its adapter if it passed the guard, else none), as `version`.
+    pub fn install(&self, fitted: Fitted, version: u64) {
+        let served = fitted.adapter.map(|adapter| Served { adapter, version, judged: fitted.judged.clone() });
+        *self.judged.write().expect("learned lock") = Some((fitted.judged, fitted.labels));
+        self.serve(served);
+    }
+
+    /// Notes that the fitter looked at `labels` labels (and fitted if enough of them teach).
+    pub fn considered(&self, labels: u64) {
+        self.considered.store(labels, Ordering::Relaxed);
+    }
+
+    /// Labels recorded when the fitter last looked.
+    pub fn considered_at(&self) -> u64 {
+        self.considered.load(Ordering::Relaxed)
+    }
+
+    /// The version the next adapter served here takes.
+    pub fn next_version(&self) -> u64 {
+        self.served().map_or(1, |s| s.version + 1)
+    }
+
+    /// Serves `served` (or none).
+    pub fn serve(&self, served: Option<Served>) {
+        self.adapter.store(served.map(std::sync::Arc::new));
+        self.dirty.store(true, Ordering::Relaxed);
+    }
+
     /// Writes the learned vectors to their file if they changed since the last save.
     pub fn save(&self) -> anyhow::Result<()> {
         let Some(path) = &self.path else { return Ok(()) };
@@ -398,10 +701,25 @@ impl Learned {
                 sizes: (self.sizes.read().expect("learned lock").iter())
                     .map(|(k, s)| (k.backend.to_string(), k.tool.to_string(), s.iter().copied().collect()))
                     .collect(),
+                pairs: self.pairs.read().expect("learned lock").iter().cloned().collect(),
+                adapter: self.last_fit().map(|(judged, labels)| {
+                    let served = self.served();
+                    let fitted = Fitted { adapter: served.as_ref().map(|s| s.adapter.clone()), judged, labels };
+                    fitted.to_record(served.map_or(0, |s| s.version))
+                }),
             }
         };
         super::write_whole(path, &serde_json::to_vec(&file)?)
     }
+}
+
+/// Copies a file whose part was not used beside itself, for a look; where it went, if it could.
+fn copy_aside(path: &std::path::Path) -> Option<PathBuf> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(format!(".bad-{secs}"));
+    let aside = PathBuf::from(aside);
+    std::fs::copy(path, &aside).ok().map(|_| aside)
 }
 
 /// Moves an unusable file out of the way, keeping it for a look; where it went, if it could.
@@ -578,5 +896,84 @@ mod tests {
         let sent = rx.try_recv().unwrap();
         l.apply(&sent);
         assert_eq!(l.total(), 1);
+    }
+
+    /// Labels of tools `0..tools` of a 2-dimensional catalog, from `principals`, each request a
+    /// little off its tool.
+    fn taught(l: &Learned, tools: usize, principals: &[&str]) {
+        for p in principals {
+            for t in 0..tools {
+                let a = t as f32 + 0.3;
+                l.record(&unit(&[a.cos(), a.sin()]), &key(&t.to_string()), p);
+            }
+        }
+    }
+
+    fn catalog(tools: usize) -> (Vec<ToolKey>, Vec<f32>) {
+        let keys = (0..tools).map(|t| key(&t.to_string())).collect();
+        let vectors = (0..tools).flat_map(|t| [(t as f32).cos(), (t as f32).sin()]).collect();
+        (keys, vectors)
+    }
+
+    #[test]
+    fn one_principals_labels_alone_teach_the_adapter_nothing() {
+        let l = Learned::new(true, 2, None);
+        taught(&l, 30, &["alice"]);
+        let (keys, tools) = catalog(30);
+        let examples = l.examples(|_, t| keys.iter().position(|k| &*k.tool == t));
+        assert_eq!(examples.len(), 30, "her labels are kept, to judge a fit");
+        assert!(examples.iter().all(|e| !e.teaches), "none teaches: each tool has one principal");
+        assert!(l.fit(&keys, &tools, adapter::Settings::default(), &|| false).is_none());
+        assert!(l.adapt(&unit(&[1.0, 0.0])).is_none(), "nothing is served");
+    }
+
+    #[test]
+    fn one_principals_weight_in_a_fit_is_capped() {
+        let l = Learned::new(true, 2, None);
+        let many: Vec<String> = (0..40).map(|i| format!("p{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        taught(&l, 1, &many);
+        taught(&l, 100, &["mallory"]);
+        let (keys, _) = catalog(100);
+        let examples = l.examples(|_, t| keys.iter().position(|k| &*k.tool == t));
+        let hers: f32 = examples.iter().filter(|e| e.target != 0 || e.weight < 1.0).map(|e| e.weight).sum();
+        let all: f32 = examples.iter().map(|e| e.weight).sum();
+        assert!(hers <= PRINCIPAL_SHARE * examples.len() as f32 + 1e-3, "{hers} of {all}");
+    }
+
+    #[test]
+    fn the_adapter_is_saved_with_the_labels_and_one_that_does_not_verify_is_not_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("learned.json");
+        let l = Learned::new(true, 2, Some(path.clone()));
+        let mut w = Adapter::identity(2);
+        w.w[1] = 0.5;
+        let judged = Judged { fitted: 50, held_out: 10, plain: 60.0, adapted: 70.0, seconds: 0.1 };
+        l.install(Fitted { adapter: Some(w.clone()), judged: judged.clone(), labels: 60 }, 3);
+        l.record(&unit(&[1.0, 2.0]), &key("a"), "alice");
+        l.save().unwrap();
+        let back = Learned::open(true, 2, Some(path.clone()));
+        let served = back.served().expect("read back and served");
+        assert_eq!((served.version, &served.adapter, &served.judged), (3, &w, &judged));
+        assert_eq!(back.last_fit(), Some((judged, 60)));
+        assert_eq!(back.pairs(), 1);
+        assert_eq!(back.adapt(&unit(&[1.0, 0.0])), Some(w.apply(&unit(&[1.0, 0.0]))));
+        // One number of the matrix changed: the digest no longer matches, so the file is copied
+        // aside, its adapter not served, and its labels still count.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let one = digest(&w.w);
+        let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let record: serde_json::Value = serde_json::from_str(file["adapter"].as_str().unwrap()).unwrap();
+        assert_eq!(record["adapter"]["sha256"], one.as_str());
+        let matrix = record["adapter"]["w"].as_str().unwrap();
+        let tampered = text.replace(matrix, &format!("0000803f{}", &matrix[8..]).replacen("0000803f", "0000003f", 1));
+        assert_ne!(tampered, text);
+        std::fs::write(&path, tampered).unwrap();
+        let back = Learned::open(true, 2, Some(path.clone()));
+        assert!(back.served().is_none() && back.adapt(&unit(&[1.0, 0.0])).is_none());
+        assert_eq!((back.total(), back.pairs()), (1, 1), "the labels are kept");
+        assert!(path.exists(), "the file stays where it is");
+        let aside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(aside.iter().any(|n| n.to_string_lossy().starts_with("learned.json.bad-")), "{aside:?}");
     }
 }

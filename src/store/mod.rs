@@ -5,6 +5,7 @@
 //! Each distinct tool text is embedded once per process (and once per machine, through the
 //! on-disk [`VectorCache`]); building a generation for an unchanged catalog runs no model.
 
+pub mod adapter;
 pub mod integrity;
 pub mod learned;
 
@@ -148,6 +149,16 @@ impl std::fmt::Debug for Generation {
 }
 
 impl Generation {
+    /// Every tool's key and unit vector, slot by slot (`keys.len() × dim` floats), for fitting
+    /// the query adapter; `None` without vectors.
+    pub fn tool_vectors(&self) -> Option<(Vec<crate::catalog::ToolKey>, Vec<f32>)> {
+        let dense = self.dense.as_ref()?;
+        let tools = self.catalog.tools();
+        let keys = tools.iter().map(|t| t.key.clone()).collect();
+        let vectors = (0..tools.len() as u32).flat_map(|slot| dense.vector(slot)).collect();
+        Some((keys, vectors))
+    }
+
     pub fn new(id: u64, catalog: Catalog, dense: Option<DenseIndex>, keyword: Bm25Index) -> Self {
         let n = catalog.len();
         let mut by_backend: Vec<BackendSlots> = Vec::new();
@@ -567,10 +578,14 @@ impl Store {
             };
         };
         let mut plan = None;
+        // The way this deployment's users speak, if learning fitted it: the dense arm searches
+        // with the adapted request (the verdict and the labels keep the request as said).
+        let adapted: Option<Vec<Vec<f32>>> = learned.and_then(|l| vectors.iter().map(|v| l.adapt(v)).collect());
         // Each slot's best score, and what made it.
         let mut best: HashMap<u32, Parts> = HashMap::new();
         for (i, (text, vector)) in texts.iter().zip(&vectors).enumerate() {
             let at = std::time::Instant::now();
+            let vector = adapted.as_ref().map_or(vector.as_slice(), |a| a[i].as_slice());
             let (d, p) = tracing::debug_span!("dense_search").in_scope(|| dense.search(vector, allow, depth));
             timings.search += at.elapsed();
             plan.get_or_insert(p);

@@ -309,6 +309,109 @@ async fn find_tool_learns_from_calls_that_follow_it() {
     assert_eq!(ranked(call(&c, "find_tool", request).await)[0], target, "alice still gets it first");
 }
 
+/// The query adapter (real model): labels of one principal alone fit nothing and move no one's
+/// ranking; once tools have labels from many principals the gateway fits an adapter in the
+/// background, judges it on held-back labels, says in /status and /metrics what it decided, and
+/// keeps it with the learning file.
+#[tokio::test]
+async fn find_tool_fits_a_query_adapter_from_many_principals_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("learned.json");
+    let mut toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\nmax_sessions = 100\n\
+         [optimizer]\nlearning_file = {:?}\n\
+         [[policy]]\nprincipals = [\"*\"]\nbackends = [\"*\"]\n",
+        file.display().to_string()
+    );
+    let teachers: Vec<String> = (0..8).map(|i| format!("teacher{i}")).collect();
+    let mut tokens = vec!["alice", "bob"];
+    tokens.extend(teachers.iter().map(String::as_str));
+    toml += &bearer_tokens(&tokens);
+    let mut servers = Vec::new();
+    for name in ["github", "jira", "monitoring"] {
+        let served = http_backend(name).await;
+        toml += &http_backend_toml(name, &served.url);
+        servers.push(served);
+    }
+    let app = gateway(&toml, EmbedderChoice::Given(model())).await;
+    // How this deployment's users ask, and the tool each request then called (find_tool's
+    // second: what the plain search did not put first).
+    let requests = [
+        "file a bug",
+        "ship the branch",
+        "page whoever is on call",
+        "what broke last night",
+        "who owns this service",
+        "open a ticket for the outage",
+        "get the sprint board",
+        "look at the deploy history",
+    ];
+    let (bob, _) = client_with_auth(&app, Some("bob")).await;
+    let mut before = Vec::new();
+    for r in requests {
+        before.push(found(&call(&bob, "find_tool", json!({"tool_description": r})).await));
+    }
+    // One session labels each request's tool once.
+    let teach = |principal: String| {
+        let (app, before) = (&app, &before);
+        async move {
+            let (c, _) = client_with_auth(app, Some(&principal)).await;
+            for (r, ranked) in requests.iter().zip(before) {
+                let target = &ranked[1];
+                let described = call(&c, "find_tool", json!({"tool_description": r, "describe": true})).await;
+                let tools = described.structured_content.as_ref().unwrap()["tools"].as_array().unwrap().clone();
+                let schema = tools.iter().find(|t| t["name"] == target.as_str()).map(|t| t["inputSchema"].clone());
+                let parameters = minimal_arguments(&schema.unwrap_or_else(|| panic!("{target} not found for {r}")));
+                let done = call(&c, "call_tool", json!({"tool_name": target, "parameters": parameters})).await;
+                assert_ne!(done.is_error, Some(true), "{done:?}");
+            }
+            c.cancel().await.unwrap();
+        }
+    };
+    let status = || serde_json::to_value(app.gateway.status()).unwrap()["learning"].clone();
+    // Alice alone, four sessions: 32 labels, enough for the fitter to look, none that teaches.
+    for _ in 0..4 {
+        teach("alice".into()).await;
+    }
+    assert_eq!(status()["labels"], 32);
+    assert!(
+        eventually(Duration::from_secs(30), || async { status()["adapter"]["considered_at_labels"] == 32 }).await,
+        "the fitter looked: {}",
+        status()
+    );
+    let adapter = status()["adapter"].clone();
+    assert_eq!((adapter["served"].as_bool(), adapter["last_fit"].is_null()), (Some(false), true), "{adapter}");
+    for (r, was) in requests.iter().zip(&before) {
+        let now = found(&call(&bob, "find_tool", json!({"tool_description": r})).await);
+        assert_eq!(&now, was, "alice's labels alone change nothing for bob");
+    }
+    // Eight more principals: every tool now has labels from nine.
+    for t in &teachers {
+        teach(t.clone()).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(60), || async { !status()["adapter"]["last_fit"].is_null() }).await,
+        "fitted: {}",
+        status()
+    );
+    let adapter = status()["adapter"].clone();
+    println!("{adapter:#}");
+    let fit = &adapter["last_fit"];
+    let (fitted, held_out) = (fit["fitted"].as_u64().unwrap(), fit["held_out"].as_u64().unwrap());
+    assert!(held_out > 0 && fitted >= 40, "{fit}");
+    let served = fit["margin"].as_f64().unwrap() >= adapter["required_margin"].as_f64().unwrap();
+    assert_eq!(adapter["served"], served, "served exactly when the margin is reached: {adapter}");
+    let metrics = app.gateway.render_metrics();
+    assert!(metrics.contains(&format!("toolmux_adapter_served {}", u8::from(served))), "{metrics}");
+    assert!(metrics.contains(&format!("toolmux_adapter_fit_labels {fitted}")), "{metrics}");
+    // Kept with the learning file, and read back as it was decided.
+    app.stop(Duration::from_secs(5)).await;
+    let back = toolmux::store::learned::Learned::open(true, 384, Some(file));
+    let (judged, _) = back.last_fit().expect("the fit was saved");
+    assert_eq!((judged.fitted as u64, judged.held_out as u64), (fitted, held_out));
+    assert_eq!(back.served().is_some(), served);
+}
+
 /// find_tool's description says what is behind it for each caller: the backends in their scope
 /// and what their tools act on. Bob, who may not use `code`, is not told of it; a backend added
 /// by a reload reaches a connected client's stream as `tools/list_changed`, and its next

@@ -87,6 +87,12 @@ async function overview() {
     ['embedder', s.embedder.model ? s.embedder.model.split('@')[0].split('/').pop() + ' (' + s.embedder.state + ')' : 'none'],
     ['tasks', s.tasks.relayed], ['held tool versions', Array.isArray(s.integrity.held) ? s.integrity.held.length : s.integrity.held],
   ];
+  if (s.learning) {
+    const a = s.learning.adapter, fit = a.last_fit;
+    facts.push(['labels learned', s.learning.labels]);
+    facts.push(['query adapter', a.served ? 'v' + a.version + ' (+' + fit.margin + ' recall@8)'
+      : fit ? 'not served (' + (fit.margin >= 0 ? '+' : '') + fit.margin + ' of +' + a.required_margin + ')' : 'not fitted']);
+  }
   document.getElementById('summary').replaceChildren(...facts.map(([k, v]) =>
     el('div', { 'data-fact': k }, el('b', {}, v), k)));
   fill(document.querySelector('#backends tbody'), s.backends.map(b => el('tr', { 'data-backend': b.name, 'data-health': b.health },

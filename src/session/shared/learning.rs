@@ -104,4 +104,51 @@ impl SharedSessions {
             .collect();
         Ok((labels, last))
     }
+
+    /// Claims the query adapter's next fit for this replica for `ttl`, if no replica holds a
+    /// claim: whether it did.
+    pub async fn adapter_claim(&self, ttl: std::time::Duration) -> Result<bool, Unreachable> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(format!("{}learned:adapter:fitter", self.prefix))
+            .arg(std::process::id())
+            .arg("NX")
+            .arg("EX")
+            .arg(ttl.as_secs().max(1));
+        let (done,): (Option<String>,) = self.run(&pipe).await?;
+        Ok(done.is_some())
+    }
+
+    /// Writes a fit of the query adapter as the next version (which it returns); the replicas
+    /// serve it from their next look at [`SharedSessions::adapter_version`].
+    pub async fn adapter_put(&self, fitted: &crate::store::learned::Fitted) -> Result<u64, Unreachable> {
+        let mut pipe = redis::pipe();
+        pipe.incr(format!("{}learned:adapter:next", self.prefix), 1);
+        let (version,): (u64,) = self.run(&pipe).await?;
+        let mut pipe = redis::pipe();
+        pipe.set(format!("{}learned:adapter", self.prefix), fitted.to_record(version))
+            .ignore()
+            .set(format!("{}learned:adapter:version", self.prefix), version)
+            .ignore()
+            .del(format!("{}learned:adapter:fitter", self.prefix))
+            .ignore();
+        self.run::<()>(&pipe).await?;
+        Ok(version)
+    }
+
+    /// The version of the query adapter the store holds, if any.
+    pub async fn adapter_version(&self) -> Result<Option<u64>, Unreachable> {
+        let mut pipe = redis::pipe();
+        pipe.get(format!("{}learned:adapter:version", self.prefix));
+        let (v,): (Option<u64>,) = self.run(&pipe).await?;
+        Ok(v)
+    }
+
+    /// The query adapter's record as the store holds it (see `Fitted::to_record`).
+    pub async fn adapter_record(&self) -> Result<Option<String>, Unreachable> {
+        let mut pipe = redis::pipe();
+        pipe.get(format!("{}learned:adapter", self.prefix));
+        let (v,): (Option<String>,) = self.run(&pipe).await?;
+        Ok(v)
+    }
 }
