@@ -360,7 +360,11 @@ impl Metrics {
             "1 while find_tool searches through a fitted query adapter",
             m.adapter_served.clone(),
         );
-        r.register("adapter_version", "The query adapter's version served (0: none)", m.adapter_version.clone());
+        r.register(
+            "adapter_version",
+            "The version of the query adapter's last fit, served or not (0: none yet)",
+            m.adapter_version.clone(),
+        );
         r.register(
             "adapter_margin",
             "Points of held-back recall@8 the last fit of the query adapter gained over the plain search",

@@ -194,6 +194,22 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
         let row: Vec<String> = scored[c].iter().map(|x| cell(*x)).collect();
         println!("| learned, weight {w}, at least {m} labels | {} |", row.join(" | "));
     }
+    if loaded.len() > 1 {
+        let gain = |c: usize, s: usize| (scored[c][s].0 - base[s].0) + (scored[c][s].1 - base[s].1);
+        let cells: Vec<String> = (0..loaded.len())
+            .map(|test| {
+                let best = (0..grid.len())
+                    .max_by(|&a, &b| {
+                        let o = |c: usize| (0..loaded.len()).filter(|&s| s != test).map(|s| gain(c, s)).sum::<f64>();
+                        o(a).total_cmp(&o(b))
+                    })
+                    .unwrap_or(0);
+                let (w, m) = grid[best];
+                format!("{} (weight {w}, {m} labels)", cell(scored[best][test]))
+            })
+            .collect();
+        println!("| learned, setting chosen by the other sets | {} |", cells.join(" | "));
+    }
     for (r, (label, ..)) in ADAPTER_ROWS.iter().enumerate() {
         let row: Vec<String> = loaded
             .iter()
@@ -216,22 +232,6 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
                 j.seconds
             );
         }
-    }
-    if loaded.len() > 1 {
-        let gain = |c: usize, s: usize| (scored[c][s].0 - base[s].0) + (scored[c][s].1 - base[s].1);
-        let cells: Vec<String> = (0..loaded.len())
-            .map(|test| {
-                let best = (0..grid.len())
-                    .max_by(|&a, &b| {
-                        let o = |c: usize| (0..loaded.len()).filter(|&s| s != test).map(|s| gain(c, s)).sum::<f64>();
-                        o(a).total_cmp(&o(b))
-                    })
-                    .unwrap_or(0);
-                let (w, m) = grid[best];
-                format!("{} (weight {w}, {m} labels)", cell(scored[best][test]))
-            })
-            .collect();
-        println!("| learned, setting chosen by the other sets | {} |", cells.join(" | "));
     }
     Ok(())
 }

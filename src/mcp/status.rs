@@ -59,7 +59,7 @@ pub struct LearningStatus {
 pub struct AdapterStatus {
     /// Whether the dense search runs through a fitted adapter now.
     pub served: bool,
-    /// The version served (the replicas all serve the same one).
+    /// The version of the last fit's decision, served or not (the replicas all hold the same).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<u64>,
     /// Labels kept whole to fit it from.
@@ -91,10 +91,9 @@ pub struct FitStatus {
 
 impl AdapterStatus {
     pub fn of(l: &crate::store::learned::Learned) -> Self {
-        let served = l.served();
         Self {
-            served: served.is_some(),
-            version: served.map(|s| s.version),
+            served: l.served().is_some(),
+            version: l.version(),
             labels: l.pairs(),
             considered_at_labels: l.considered_at(),
             min_labels: crate::store::adapter::MIN_LABELS,
@@ -537,7 +536,8 @@ pub fn table(s: &serde_json::Value) -> String {
     if adapter.is_object() {
         let served = match adapter["version"].as_u64() {
             Some(v) if adapter["served"] == true => format!("served (version {v})"),
-            _ => "not served".to_string(),
+            Some(v) => format!("not served (version {v})"),
+            None => "not served".to_string(),
         };
         let fit = &adapter["last_fit"];
         let why = if fit.is_object() {

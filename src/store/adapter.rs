@@ -107,9 +107,7 @@ impl Adapter {
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
+use crate::index::dense::dot;
 
 /// `out (m×n) = a (m×k) · b (k×n)`, all row-major; `ta`/`tb` say `a`/`b` are stored transposed
 /// (`k×m`, `n×k`). One thread: a fit runs beside the gateway's own work.

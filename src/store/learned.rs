@@ -118,6 +118,8 @@ pub struct Learned {
     judged: RwLock<Option<(Judged, u64)>>,
     /// Labels recorded when the fitter last looked whether to fit (fitting or not).
     considered: AtomicU64,
+    /// The version of the last fit's decision (served or not); 0 before any.
+    decided: AtomicU64,
 }
 
 /// One label as kept for the adapter: a request vector at one signed byte per dimension.
@@ -336,6 +338,7 @@ impl Learned {
             adapter: ArcSwapOption::empty(),
             judged: RwLock::default(),
             considered: AtomicU64::new(0),
+            decided: AtomicU64::new(0),
         }
     }
 
@@ -659,6 +662,7 @@ impl Learned {
 
     /// Serves what a fit decided (its adapter if it passed the guard, else none), as `version`.
     pub fn install(&self, fitted: Fitted, version: u64) {
+        self.decided.store(version, Ordering::Relaxed);
         let served = fitted.adapter.map(|adapter| Served { adapter, version, judged: fitted.judged.clone() });
         *self.judged.write().expect("learned lock") = Some((fitted.judged, fitted.labels));
         self.serve(served);
@@ -674,9 +678,15 @@ impl Learned {
         self.considered.load(Ordering::Relaxed)
     }
 
-    /// The version the next adapter served here takes.
+    /// The version of the last fit's decision, served or not (the replicas' store numbers them
+    /// for all); `None` before any.
+    pub fn version(&self) -> Option<u64> {
+        Some(self.decided.load(Ordering::Relaxed)).filter(|v| *v > 0)
+    }
+
+    /// The version the next decision made here takes.
     pub fn next_version(&self) -> u64 {
-        self.served().map_or(1, |s| s.version + 1)
+        self.decided.load(Ordering::Relaxed) + 1
     }
 
     /// Serves `served` (or none).
@@ -705,7 +715,7 @@ impl Learned {
                 adapter: self.last_fit().map(|(judged, labels)| {
                     let served = self.served();
                     let fitted = Fitted { adapter: served.as_ref().map(|s| s.adapter.clone()), judged, labels };
-                    fitted.to_record(served.map_or(0, |s| s.version))
+                    fitted.to_record(self.version().unwrap_or(0))
                 }),
             }
         };

@@ -937,8 +937,13 @@ async fn replicas_share_the_tool_ledger() {
 
 /// One label on `app` from `who`: a find_tool, then a successful call of what it found.
 async fn teach(app: &toolmux::app::App, who: &str) {
+    teach_as(app, who, "echo back a message").await
+}
+
+/// [`teach`] with another request.
+async fn teach_as(app: &toolmux::app::App, who: &str, request: &str) {
     let (c, _) = client_with_auth(app, Some(who)).await;
-    let found = found(&call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await);
+    let found = found(&call(&c, "find_tool", json!({"tool_description": request})).await);
     assert!(found.contains(&"kit_echo".to_string()), "{found:?}");
     let r = call(&c, "call_tool", json!({"tool_name": "kit_echo", "parameters": {"input": "hi"}})).await;
     assert_ne!(r.is_error, Some(true), "{r:?}");
@@ -951,10 +956,13 @@ async fn teach(app: &toolmux::app::App, who: &str) {
 async fn replicas_learn_from_each_others_calls() {
     let redis = Redis::start().await;
     let kit = http_backend("testkit").await;
+    let teachers: Vec<String> = (0..12).map(|i| format!("p{i}")).collect();
+    let mut principals = vec!["alice", "bob"];
+    principals.extend(teachers.iter().map(String::as_str));
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\n{}\
          [sessions]\nstore = \"redis\"\nredis_url = \"{}\"\n{}",
-        bearer_auth(&["alice", "bob"]),
+        bearer_auth(&principals),
         redis.url(),
         http_backend_toml("kit", &kit.url)
     );
@@ -970,6 +978,30 @@ async fn replicas_learn_from_each_others_calls() {
     teach(&b, "bob").await;
     assert!(eventually(Duration::from_secs(10), || both(2)).await, "a: {} b: {}", learning(&a), learning(&b));
     assert_eq!(learning(&a), learning(&b));
+    // Enough principals for the query adapter: one replica fits it, the store numbers the
+    // outcome, and both replicas hold that same version and decision.
+    // (Requests differ: the guard holds back whole requests, so one request alone fits nothing.)
+    let requests = ["echo back a message", "repeat what I say", "say this back to me", "return my words unchanged"];
+    for (round, request) in requests.iter().enumerate() {
+        for (i, t) in teachers.iter().enumerate() {
+            teach_as(if (i + round) % 2 == 0 { &a } else { &b }, t, request).await;
+        }
+    }
+    let fitted = || {
+        let (a, b) = (&a, &b);
+        async move {
+            let (x, y) = (learning(a)["adapter"].clone(), learning(b)["adapter"].clone());
+            x["version"].as_u64().is_some() && x["version"] == y["version"] && x["last_fit"] == y["last_fit"]
+        }
+    };
+    assert!(eventually(Duration::from_secs(60), fitted).await, "a: {} b: {}", learning(&a), learning(&b));
+    let (x, y) = (learning(&a)["adapter"].clone(), learning(&b)["adapter"].clone());
+    assert_eq!(
+        (x["served"].clone(), x["last_fit"]["fitted"].as_u64()),
+        (y["served"].clone(), y["last_fit"]["fitted"].as_u64())
+    );
+    let judged = x["last_fit"]["fitted"].as_u64().unwrap() + x["last_fit"]["held_out"].as_u64().unwrap();
+    assert_eq!(judged, 50, "every label fitted or held back: {x}");
 }
 
 /// A session on `url` presenting bearer token `token`.
