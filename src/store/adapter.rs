@@ -165,7 +165,7 @@ impl Judged {
     }
 }
 
-/// Fits `W` on the examples that teach, judges it on the requests held back (all of theirs
+/// Fits `W` on the examples that teach, judges it on the requests held back (all their
 /// examples, taught or not: `W` must not cost the tools it never saw), and, if it passes, fits
 /// it again on every example that teaches. The adapter to serve (if it passed) and how it went;
 /// `None` if nothing teaches on either side or `should_stop` ended it.
