@@ -59,8 +59,8 @@ pub struct Example {
     pub target: usize,
     pub weight: f32,
     pub request: u64,
-    /// Whether it may teach `W` (its tool was labelled by enough principals); every example
-    /// may judge it.
+    /// Whether it may teach and judge `W` (its tool was labelled by enough principals); one
+    /// that may not is skipped.
     pub teaches: bool,
 }
 
@@ -165,10 +165,11 @@ impl Judged {
     }
 }
 
-/// Fits `W` on the examples that teach, judges it on the requests held back (all their
-/// examples, taught or not: `W` must not cost the tools it never saw), and, if it passes, fits
-/// it again on every example that teaches. The adapter to serve (if it passed) and how it went;
-/// `None` if nothing teaches on either side or `should_stop` ended it.
+/// Fits `W` on the examples that teach, judges it on those of the requests held back, and, if
+/// it passes, fits it again on every example that teaches. Examples that do not teach take no
+/// part, not even in the judging: one principal's labels alone (which never teach) must not
+/// decide whether `W` is served. The adapter to serve (if it passed) and how it went; `None` if
+/// nothing teaches on either side or `should_stop` ended it.
 pub fn fit_and_judge(
     examples: &[Example],
     tools: &[f32],
@@ -178,15 +179,22 @@ pub fn fit_and_judge(
     should_stop: &dyn Fn() -> bool,
 ) -> Option<(Option<Adapter>, Judged)> {
     let started = std::time::Instant::now();
-    let held = |e: &&Example| {
-        // A keyed hash of the request picks its side, the same on every replica.
-        let h = e.request.wrapping_add(seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        (h >> 11) as f64 / (1u64 << 53) as f64 <= HELD_OUT
-    };
-    let (back, train): (Vec<&Example>, Vec<&Example>) = examples.iter().partition(held);
-    let train: Vec<Example> = train.into_iter().filter(|e| e.teaches).cloned().collect();
+    // A keyed hash of each request orders them, the same on every replica; the first fifth
+    // (at least one, and never all) is held back.
+    let key = |e: &Example| e.request.wrapping_add(seed).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut requests: Vec<u64> = examples.iter().filter(|e| e.teaches).map(key).collect();
+    requests.sort_unstable();
+    requests.dedup();
+    if requests.len() < 2 {
+        return None;
+    }
+    let held = ((requests.len() as f64 * HELD_OUT).round() as usize).clamp(1, requests.len() - 1);
+    let cut = requests[held - 1];
+    let (back, train): (Vec<&Example>, Vec<&Example>) =
+        examples.iter().filter(|e| e.teaches).partition(|e| key(e) <= cut);
+    let train: Vec<Example> = train.into_iter().cloned().collect();
     let back: Vec<Example> = back.into_iter().cloned().collect();
-    if train.is_empty() || !back.iter().any(|e| e.teaches) {
+    if train.is_empty() || back.is_empty() {
         return None;
     }
     let trial = fit(&train, tools, dim, settings, seed, should_stop)?;

@@ -980,11 +980,13 @@ async fn replicas_learn_from_each_others_calls() {
     assert_eq!(learning(&a), learning(&b));
     // Enough principals for the query adapter: one replica fits it, the store numbers the
     // outcome, and both replicas hold that same version and decision.
-    // (Requests differ: the guard holds back whole requests, so one request alone fits nothing.)
+    // (Requests differ, each teacher's its own: the guard holds back whole requests, so labels
+    // of one request alone fit nothing.)
     let requests = ["echo back a message", "repeat what I say", "say this back to me", "return my words unchanged"];
     for (round, request) in requests.iter().enumerate() {
         for (i, t) in teachers.iter().enumerate() {
-            teach_as(if (i + round) % 2 == 0 { &a } else { &b }, t, request).await;
+            let request = format!("{request}, {t}");
+            teach_as(if (i + round) % 2 == 0 { &a } else { &b }, t, &request).await;
         }
     }
     let fitted = || {

@@ -596,7 +596,7 @@ impl Learned {
     }
 
     /// The labels as examples over a catalog whose tools `row` finds: only labels of tools that
-    /// [`MIN_PRINCIPALS`] principals labelled teach the adapter (the others only judge it), and
+    /// [`MIN_PRINCIPALS`] principals labelled teach (and judge) the adapter, and
     /// each principal's weight is capped at [`PRINCIPAL_SHARE`] of the whole (but never below
     /// its [`PER_PRINCIPAL`] labels' worth).
     pub fn examples(&self, row: impl Fn(&str, &str) -> Option<usize>) -> Vec<Example> {
@@ -630,11 +630,13 @@ impl Learned {
             examples.push(Example { query, target, weight: 1.0, request, teaches });
             whose.push(p.who);
         }
+        // Shares of what teaches only: labels that do not teach change no one's weight.
         let mut per: HashMap<u64, usize> = HashMap::new();
-        whose.iter().for_each(|w| *per.entry(*w).or_default() += 1);
-        let cap = (PRINCIPAL_SHARE * examples.len() as f32).max(PER_PRINCIPAL as f32);
+        let teaching = examples.iter().zip(&whose).filter(|(e, _)| e.teaches);
+        teaching.clone().for_each(|(_, w)| *per.entry(*w).or_default() += 1);
+        let cap = (PRINCIPAL_SHARE * teaching.count() as f32).max(PER_PRINCIPAL as f32);
         for (e, w) in examples.iter_mut().zip(&whose) {
-            e.weight = (cap / per[w] as f32).min(1.0);
+            e.weight = per.get(w).map_or(0.0, |n| (cap / *n as f32).min(1.0));
         }
         examples
     }

@@ -187,7 +187,7 @@ fn one_principals_labels_alone_teach_the_adapter_nothing() {
     taught(&l, 30, &["alice"]);
     let (keys, tools) = catalog(30);
     let examples = l.examples(|_, t| keys.iter().position(|k| &*k.tool == t));
-    assert_eq!(examples.len(), 30, "her labels are kept, to judge a fit");
+    assert_eq!(examples.len(), 30, "her labels are kept");
     assert!(examples.iter().all(|e| !e.teaches), "none teaches: each tool has one principal");
     assert!(l.fit(&keys, &tools, adapter::Settings::default(), &|| false).is_none());
     assert!(l.adapt(&unit(&[1.0, 0.0])).is_none(), "nothing is served");
@@ -196,15 +196,20 @@ fn one_principals_labels_alone_teach_the_adapter_nothing() {
 #[test]
 fn one_principals_weight_in_a_fit_is_capped() {
     let l = Learned::new(true, 2, None);
-    let many: Vec<String> = (0..40).map(|i| format!("p{i}")).collect();
-    let many: Vec<&str> = many.iter().map(String::as_str).collect();
-    taught(&l, 1, &many);
-    taught(&l, 100, &["mallory"]);
-    let (keys, _) = catalog(100);
+    let ten: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
+    let ten: Vec<&str> = ten.iter().map(String::as_str).collect();
+    taught(&l, 20, &ten);
+    // Mallory gives every one of those tools her 4 labels: 80 of 280 that teach.
+    for _ in 0..4 {
+        taught(&l, 20, &["mallory"]);
+    }
+    let (keys, _) = catalog(20);
     let examples = l.examples(|_, t| keys.iter().position(|k| &*k.tool == t));
-    let hers: f32 = examples.iter().filter(|e| e.target != 0 || e.weight < 1.0).map(|e| e.weight).sum();
-    let all: f32 = examples.iter().map(|e| e.weight).sum();
-    assert!(hers <= PRINCIPAL_SHARE * examples.len() as f32 + 1e-3, "{hers} of {all}");
+    assert_eq!(examples.iter().filter(|e| e.teaches).count(), 280);
+    let (hers, theirs): (Vec<&Example>, Vec<&Example>) = examples.iter().partition(|e| e.weight < 1.0);
+    assert_eq!((hers.len(), theirs.len()), (80, 200), "only hers weigh less");
+    let weight: f32 = hers.iter().map(|e| e.weight).sum();
+    assert!((weight - PRINCIPAL_SHARE * 280.0).abs() < 1e-3, "her 80 labels weigh {weight}: a tenth of 280");
 }
 
 #[test]
@@ -241,4 +246,34 @@ fn the_adapter_is_saved_with_the_labels_and_one_that_does_not_verify_is_not_serv
     assert!(path.exists(), "the file stays where it is");
     let aside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(aside.iter().any(|n| n.to_string_lossy().starts_with("learned.json.bad-")), "{aside:?}");
+}
+
+#[test]
+fn one_principals_labels_alone_do_not_change_a_fit() {
+    let dim = 8;
+    let l = Learned::new(true, dim, None);
+    let (keys, tools): (Vec<ToolKey>, Vec<f32>) = {
+        let keys: Vec<ToolKey> = (0..40).map(|t| key(&t.to_string())).collect();
+        let tools = (0..40).flat_map(|t| (0..dim).map(move |d| ((t * 7 + d * 3) as f32).sin())).collect::<Vec<f32>>();
+        let tools: Vec<f32> = tools.chunks(dim).flat_map(unit).collect();
+        (keys, tools)
+    };
+    // Twenty principals label tools 0..10, each with requests of its own.
+    for p in 0..20 {
+        for t in 0..10 {
+            let v: Vec<f32> = (0..dim).map(|d| ((p * 13 + t * 5 + d) as f32).cos()).collect();
+            l.record(&unit(&v), &key(&t.to_string()), &format!("p{p}"));
+        }
+    }
+    let before = l.fit(&keys, &tools, adapter::Settings::default(), &|| false).expect("enough labels teach");
+    // Mallory alone labels tools 10..40, many times: none of it teaches, none of it judges.
+    for round in 0..4 {
+        for t in 10..40 {
+            let v: Vec<f32> = (0..dim).map(|d| ((round * 17 + t * 11 + d) as f32).sin()).collect();
+            l.record(&unit(&v), &key(&t.to_string()), "mallory");
+        }
+    }
+    let after = l.fit(&keys, &tools, adapter::Settings::default(), &|| false).expect("the same labels teach");
+    let same = |f: &Fitted| (f.adapter.clone(), f.judged.fitted, f.judged.held_out, f.judged.plain, f.judged.adapted);
+    assert_eq!(same(&before), same(&after));
 }
