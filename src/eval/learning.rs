@@ -40,13 +40,19 @@ struct Set {
 
 /// The rows that measure the query adapter: (label, ranker, weight of the per-tool bonus,
 /// adapter served as the guard decides or always).
-const ADAPTER_ROWS: [(&str, Ranker, f32, Serve); 6] = [
+const ADAPTER_ROWS: [(&str, Ranker, f32, Serve); 7] = [
     ("dense only, nothing learned", Ranker::DenseOnly, 0.0, Serve::Never),
     ("dense only, adapter as the guard decides", Ranker::DenseOnly, 0.0, Serve::Guarded),
     ("dense only, adapter always", Ranker::DenseOnly, 0.0, Serve::Always),
     ("fused, adapter alone (no per-tool bonus), always", Ranker::Fused, 0.0, Serve::Always),
     ("**learned (shipped) + adapter as the guard decides**", Ranker::Fused, learned::WEIGHT, Serve::Guarded),
     ("learned (shipped) + adapter always", Ranker::Fused, learned::WEIGHT, Serve::Always),
+    (
+        "learned (shipped) + adapter, beside one principal giving every labelled tool 4 labels of unrelated requests",
+        Ranker::Fused,
+        learned::WEIGHT,
+        Serve::Poisoned,
+    ),
 ];
 
 #[derive(Clone, Copy, PartialEq)]
@@ -54,6 +60,9 @@ enum Serve {
     Never,
     Guarded,
     Always,
+    /// As the guard decides after one more principal labelled every labelled tool with other
+    /// requests (as many as it may: 4 per tool), fitted anew.
+    Poisoned,
 }
 
 fn score(rankings: impl Iterator<Item = (Vec<String>, Vec<String>)>) -> (f64, f64) {
@@ -162,6 +171,21 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
                         learned.serve(Some(Served { adapter: a.clone(), version: 1, judged: j.clone() }))
                     }
                     (Serve::Guarded, _) => learned.serve(probe.served().map(|s| (*s).clone())),
+                    (Serve::Poisoned, _) => {
+                        let taught: Vec<usize> = (0..queries.len()).filter(|i| i % FOLDS != fold).collect();
+                        for (n, &i) in taught.iter().enumerate() {
+                            for g in &queries[i].gold {
+                                let tool = ToolKey { backend: "eval".into(), tool: g.as_str().into() };
+                                for k in 1..=4 {
+                                    let other = taught[(n + k * 7) % taught.len()];
+                                    learned.record(&queries[other].vector, &tool, "mallory");
+                                }
+                            }
+                        }
+                        if let Some(f) = learned.fit(&keys, &tools, settings, &|| false) {
+                            learned.install(f, 1);
+                        }
+                    }
                     _ => {}
                 }
                 for (i, q) in raw.iter().enumerate().filter(|(i, _)| i % FOLDS == fold) {
