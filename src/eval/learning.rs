@@ -12,7 +12,7 @@ use super::{EvalQuery, Metrics, catalog, model_store, read_jsonl};
 use crate::catalog::ToolKey;
 use crate::index::AllowList;
 use crate::store::adapter::{self, Judged};
-use crate::store::learned::{self, Learned, Served};
+use crate::store::learned::{self, Learned};
 use crate::store::{Query, Ranker};
 
 const FOLDS: usize = 2;
@@ -167,10 +167,8 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
             for (r, &(_, ranker, weight, serve)) in ADAPTER_ROWS.iter().enumerate() {
                 let learned = teach(weight);
                 match (serve, &fitted) {
-                    (Serve::Always, Some((a, j))) => {
-                        learned.serve(Some(Served { adapter: a.clone(), version: 1, judged: j.clone() }))
-                    }
-                    (Serve::Guarded, _) => learned.serve(probe.served().map(|s| (*s).clone())),
+                    (Serve::Always, Some((a, _))) => learned.serve(Some(a.clone())),
+                    (Serve::Guarded, _) => learned.serve(probe.served().map(|a| (*a).clone())),
                     (Serve::Poisoned, _) => {
                         let taught: Vec<usize> = (0..queries.len()).filter(|i| i % FOLDS != fold).collect();
                         for (n, &i) in taught.iter().enumerate() {

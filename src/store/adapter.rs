@@ -144,7 +144,7 @@ fn matmul(out: &mut [f32], a: &[f32], ta: bool, b: &[f32], tb: bool, m: usize, k
 }
 
 /// How a fit went and whether its `W` is served.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Judged {
     /// Labels fitted on and held back.
     pub fitted: usize,

@@ -112,8 +112,9 @@ pub struct Learned {
     sizes: RwLock<HashMap<ToolKey, VecDeque<u32>>>,
     /// The labels themselves, the most recent [`MAX_PAIRS`], for fitting the query adapter.
     pairs: RwLock<VecDeque<Pair>>,
-    /// The query adapter being served, if a fit passed its guard.
-    adapter: ArcSwapOption<Served>,
+    /// The query adapter being served, if a fit passed its guard (its version and how it was
+    /// judged are the last decision's: `decided`, `judged`).
+    adapter: ArcSwapOption<Adapter>,
     /// How the last fit went, served or not, and the labels recorded when it started.
     judged: RwLock<Option<(Judged, u64)>>,
     /// Labels recorded when the fitter last looked whether to fit (fitting or not).
@@ -148,7 +149,7 @@ impl Fitted {
         let record = Record {
             version,
             labels: self.labels,
-            judged: JudgedRecord::of(&self.judged),
+            judged: self.judged.clone(),
             adapter: self.adapter.as_ref().map(|a| MatrixRecord { dim: a.dim, sha256: digest(&a.w), w: a.w.clone() }),
         };
         serde_json::to_string(&record).expect("a record serialises")
@@ -158,7 +159,7 @@ impl Fitted {
     pub fn from_record(json: &str, dim: usize) -> Result<(Self, u64), String> {
         let r: Record = serde_json::from_str(json).map_err(|e| format!("it is not an adapter record: {e}"))?;
         let adapter = r.adapter.map(|m| m.verified(dim)).transpose()?;
-        Ok((Self { adapter, judged: r.judged.into(), labels: r.labels }, r.version))
+        Ok((Self { adapter, judged: r.judged, labels: r.labels }, r.version))
     }
 }
 
@@ -167,29 +168,8 @@ impl Fitted {
 struct Record {
     version: u64,
     labels: u64,
-    judged: JudgedRecord,
+    judged: Judged,
     adapter: Option<MatrixRecord>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct JudgedRecord {
-    fitted: usize,
-    held_out: usize,
-    plain: f64,
-    adapted: f64,
-    seconds: f64,
-}
-
-impl JudgedRecord {
-    fn of(j: &Judged) -> Self {
-        Self { fitted: j.fitted, held_out: j.held_out, plain: j.plain, adapted: j.adapted, seconds: j.seconds }
-    }
-}
-
-impl From<JudgedRecord> for Judged {
-    fn from(j: JudgedRecord) -> Self {
-        Self { fitted: j.fitted, held_out: j.held_out, plain: j.plain, adapted: j.adapted, seconds: j.seconds }
-    }
 }
 
 /// A matrix with the digest it must match when read back.
@@ -216,15 +196,6 @@ impl MatrixRecord {
         }
         Ok(adapter)
     }
-}
-
-/// A query adapter that passed its guard, as served.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Served {
-    pub adapter: Adapter,
-    /// Counts up with each adapter served (the replicas' store numbers them for all).
-    pub version: u64,
-    pub judged: Judged,
 }
 
 /// How large a tool's results have been, in tokens.
@@ -577,11 +548,11 @@ impl Learned {
         if !self.enabled {
             return None;
         }
-        self.adapter.load().as_ref().map(|s| s.adapter.apply(vector))
+        self.adapter.load().as_ref().map(|a| a.apply(vector))
     }
 
     /// The adapter being served, if any.
-    pub fn served(&self) -> Option<std::sync::Arc<Served>> {
+    pub fn served(&self) -> Option<std::sync::Arc<Adapter>> {
         self.adapter.load_full()
     }
 
@@ -665,7 +636,7 @@ impl Learned {
     /// Serves what a fit decided (its adapter if it passed the guard, else none), as `version`.
     pub fn install(&self, fitted: Fitted, version: u64) {
         self.decided.store(version, Ordering::Relaxed);
-        let served = fitted.adapter.map(|adapter| Served { adapter, version, judged: fitted.judged.clone() });
+        let served = fitted.adapter;
         *self.judged.write().expect("learned lock") = Some((fitted.judged, fitted.labels));
         self.serve(served);
     }
@@ -692,7 +663,7 @@ impl Learned {
     }
 
     /// Serves `served` (or none).
-    pub fn serve(&self, served: Option<Served>) {
+    pub fn serve(&self, served: Option<Adapter>) {
         self.adapter.store(served.map(std::sync::Arc::new));
         self.dirty.store(true, Ordering::Relaxed);
     }
@@ -715,8 +686,7 @@ impl Learned {
                     .collect(),
                 pairs: self.pairs.read().expect("learned lock").iter().cloned().collect(),
                 adapter: self.last_fit().map(|(judged, labels)| {
-                    let served = self.served();
-                    let fitted = Fitted { adapter: served.as_ref().map(|s| s.adapter.clone()), judged, labels };
+                    let fitted = Fitted { adapter: self.served().map(|a| (*a).clone()), judged, labels };
                     fitted.to_record(self.version().unwrap_or(0))
                 }),
             }
@@ -725,22 +695,24 @@ impl Learned {
     }
 }
 
-/// Copies a file whose part was not used beside itself, for a look; where it went, if it could.
-fn copy_aside(path: &std::path::Path) -> Option<PathBuf> {
+/// Where a file not (wholly) used is kept for a look: `<file>.bad-<time>`.
+fn aside(path: &std::path::Path) -> PathBuf {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut aside = path.as_os_str().to_owned();
     aside.push(format!(".bad-{secs}"));
-    let aside = PathBuf::from(aside);
-    std::fs::copy(path, &aside).ok().map(|_| aside)
+    PathBuf::from(aside)
 }
 
-/// Moves an unusable file out of the way, keeping it for a look; where it went, if it could.
+/// Copies a file whose part was not used beside itself; where it went, if it could.
+fn copy_aside(path: &std::path::Path) -> Option<PathBuf> {
+    let to = aside(path);
+    std::fs::copy(path, &to).ok().map(|_| to)
+}
+
+/// Moves an unusable file out of the way; where it went, if it could.
 fn set_aside(path: &std::path::Path) -> Option<PathBuf> {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let mut aside = path.as_os_str().to_owned();
-    aside.push(format!(".bad-{secs}"));
-    let aside = PathBuf::from(aside);
-    std::fs::rename(path, &aside).ok().map(|_| aside)
+    let to = aside(path);
+    std::fs::rename(path, &to).ok().map(|_| to)
 }
 
 #[cfg(test)]

@@ -225,7 +225,7 @@ fn the_adapter_is_saved_with_the_labels_and_one_that_does_not_verify_is_not_serv
     l.save().unwrap();
     let back = Learned::open(true, 2, Some(path.clone()));
     let served = back.served().expect("read back and served");
-    assert_eq!((served.version, &served.adapter, &served.judged), (3, &w, &judged));
+    assert_eq!((back.version(), &*served), (Some(3), &w));
     assert_eq!(back.last_fit(), Some((judged, 60)));
     assert_eq!(back.pairs(), 1);
     assert_eq!(back.adapt(&unit(&[1.0, 0.0])), Some(w.apply(&unit(&[1.0, 0.0]))));
