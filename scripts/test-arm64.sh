@@ -5,7 +5,8 @@
 # ARMv8.0 core (cortex-a72: NEON, no dot product) and once on a modern one (neoverse-n1: with the
 # dot-product extension):
 #   - every unit test, the SIMD kernels' and the index's checks against their exact oracles
-#     among them, and a check that the expected vector path runs on each CPU model;
+#     among them (the SDOT outer product of the int8 encoder on the second), and a check that
+#     the expected vector path and int8 kernel run on each CPU model;
 #   - the golden-vector tests (every text of tests/fixtures against sentence-transformers'
 #     vectors, batch and single: cosine >= 0.999 in f32, >= 0.995 with the int8 encoder);
 #   - an end-to-end smoke test: the gateway as a child process in optimizer mode over a small
@@ -79,8 +80,8 @@ export TOOLMUX_MODELS_DIR="$root/models"
 status=0
 for cpu in cortex-a72 neoverse-n1; do
   case $cpu in
-    cortex-a72) expected="aarch64 neon" ;;
-    neoverse-n1) expected="aarch64 neon+dotprod" ;;
+    cortex-a72) expected="aarch64 neon" kernel=rows ;;
+    neoverse-n1) expected="aarch64 neon+dotprod" kernel=sdot ;;
   esac
   # A fresh temporary folder: no vectors cached by an x86-64 run, so the aarch64 build embeds.
   scratch=$(mktemp -d)
@@ -95,6 +96,12 @@ for cpu in cortex-a72 neoverse-n1; do
     echo "arm64: $cpu ran the vector path '$path', expected '$expected'" >&2; status=1
   else
     echo "arm64: $cpu runs the vector path '$path'"
+  fi
+  ran=$(sed -n 's/^int8 kernel: //p' "$scratch/unit.log")
+  if [ "$ran" != "$kernel" ]; then
+    echo "arm64: $cpu chose the int8 kernel '$ran', expected '$kernel'" >&2; status=1
+  else
+    echo "arm64: $cpu runs the int8 kernel '$ran'"
   fi
   echo "arm64: $cpu: golden vectors and the end-to-end smoke test"
   if ! QEMU_CPU=$cpu TMPDIR=$scratch "$it_tests" --test-threads 1 --nocapture \

@@ -431,7 +431,7 @@ fn parse_precision(s: &str) -> Result<toolmux::config::Precision, String> {
     match s {
         "auto" => Ok(toolmux::config::Precision::default()),
         "f32" => Ok(toolmux::config::Precision::F32),
-        "int8" => Ok(toolmux::config::Precision::Int8),
+        "int8" => Ok(toolmux::config::Precision::int8()),
         other => Err(format!("`{other}` is not auto, f32 or int8")),
     }
 }

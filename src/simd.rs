@@ -77,45 +77,19 @@ pub fn idot(a: &[i8], b: &[i8]) -> i32 {
     idot_portable(a, b)
 }
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 /// The byte dot product with SDOT (ARMv8.2 dot-product extension: Apple M1 and later, Neoverse,
 /// Cortex-A76 and later): one instruction multiplies 16 byte pairs and adds them into four
 /// 32-bit lanes, where plain NEON needs widening multiplies and pairwise adds (about six
 /// instructions for the same 16 pairs). The compiler does not form SDOT from the portable loop,
 /// and its intrinsic is not stable, so the one instruction is written out.
+pub mod int8;
 #[cfg(target_arch = "x86_64")]
 pub mod vnni512;
 
 #[cfg(target_arch = "aarch64")]
-mod sdot {
-    use std::arch::aarch64::{int32x4_t, vaddvq_s32, vdupq_n_s32, vld1q_s8};
-
-    /// # Safety
-    /// The CPU must support the `dotprod` feature.
-    #[target_feature(enable = "dotprod")]
-    pub unsafe fn idot(a: &[i8], b: &[i8]) -> i32 {
-        let n = a.len().min(b.len());
-        let whole = n - n % 16;
-        let mut acc: int32x4_t = vdupq_n_s32(0);
-        let mut i = 0;
-        while i < whole {
-            // SAFETY: `i + 16 <= whole <= n`, so both 16-byte loads lie inside the slices.
-            let (va, vb) = unsafe { (vld1q_s8(a.as_ptr().add(i)), vld1q_s8(b.as_ptr().add(i))) };
-            // SAFETY: SDOT reads and writes registers only; the caller checked the feature.
-            unsafe {
-                std::arch::asm!(
-                    "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
-                    acc = inout(vreg) acc,
-                    a = in(vreg) va,
-                    b = in(vreg) vb,
-                    options(pure, nomem, nostack, preserves_flags),
-                )
-            };
-            i += 16;
-        }
-        let tail: i32 = a[whole..n].iter().zip(&b[whole..n]).map(|(x, y)| i32::from(*x) * i32::from(*y)).sum();
-        vaddvq_s32(acc) + tail
-    }
-}
+mod sdot;
 
 /// The byte dot product's loop: 32 lanes of 32-bit sums, which the compiler turns into the
 /// target's widening multiply-adds (NEON; SSE2, AVX2 or AVX-512 on x86-64 through [`widest!`]).
@@ -182,10 +156,10 @@ pub fn idot_rows_blocks(w: &[i8], ws: &[f32], xs: &[i8], scales: &[f32], out: &m
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         if std::arch::is_x86_feature_detected!("avxvnni") {
             // SAFETY: the CPU has just been found to support AVX2, FMA and AVX-VNNI.
-            return unsafe { avx2::rows_blocks_vnni(w, ws, xs, scales, out) };
+            return unsafe { avx2_rows::rows_blocks_vnni(w, ws, xs, scales, out) };
         }
         // SAFETY: the CPU has just been found to support AVX2 and FMA.
-        return unsafe { avx2::rows_blocks(w, ws, xs, scales, out) };
+        return unsafe { avx2_rows::rows_blocks(w, ws, xs, scales, out) };
     }
     #[cfg(target_arch = "aarch64")]
     if std::arch::is_aarch64_feature_detected!("dotprod") {
@@ -216,7 +190,7 @@ pub fn idot_rows_blocks(w: &[i8], ws: &[f32], xs: &[i8], scales: &[f32], out: &m
 /// both. Per block, one FMA adds the sums, scaled, to eight float lanes; the lanes are added once
 /// per row. Four activation rows go through each weight block together.
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+mod avx2_rows {
     use std::arch::x86_64::*;
 
     use super::BLOCK;
@@ -501,7 +475,7 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
                 // SAFETY: the CPU has just been found to support AVX2 and FMA.
-                unsafe { avx2::rows_blocks(&w, &ws, &xs, &scales, &mut out) };
+                unsafe { avx2_rows::rows_blocks(&w, &ws, &xs, &scales, &mut out) };
                 assert_eq!(out, oracle, "idot_rows_blocks AVX2, inner {inner}");
             }
         }
@@ -516,6 +490,7 @@ mod tests {
         let path = super::path();
         // Printed for scripts/test-arm64.sh, which checks it against the emulated CPU model.
         eprintln!("simd path: {path}");
+        eprintln!("int8 kernel: {}", int8::choice().kernel);
         assert!(path.starts_with(std::env::consts::ARCH.replace('_', "-").as_str()), "{path}");
     }
 }

@@ -92,7 +92,16 @@ pub fn load_embedder(config: &Config) -> anyhow::Result<Arc<ModelEmbedder>> {
     let roots = files::default_model_roots();
     let files = files::locate(&config.optimizer.model, config.optimizer.model_dir.as_deref(), &roots, true)?;
     let precision = config.optimizer.precision;
-    tracing::info!(model = %files.manifest.id, source = %files.source, simd = crate::simd::path(), precision = precision.name(), "model files verified");
+    let kernel = crate::simd::int8::choice();
+    tracing::info!(
+        model = %files.manifest.id,
+        source = %files.source,
+        simd = crate::simd::path(),
+        precision = precision.name(),
+        int8_kernel = %kernel.kernel,
+        why = %kernel.why,
+        "model files verified"
+    );
     let batching = crate::embed::worker::Batching::default();
     Ok(Arc::new(ModelEmbedder::start_with(&files, batching, precision)?))
 }

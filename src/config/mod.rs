@@ -38,6 +38,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::simd::int8::Kernel;
+
 /// How the gateway advertises the backends' tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -163,28 +165,39 @@ pub struct OptimizerConfig {
 pub enum Precision {
     /// 32-bit floats, as the model was trained.
     F32,
-    /// Weights in signed bytes per output channel, activations per row, sums in 32-bit integers.
-    Int8,
+    /// Weights and activations in signed bytes per block of 32, sums in 32-bit integers, on this
+    /// kernel ([`crate::simd::int8::choice`]: the widest this CPU runs unless forced).
+    Int8(Kernel),
 }
 
 impl Default for Precision {
-    /// `"auto"`: int8 where this CPU runs the int8 product faster than f32 (x86-64 with AVX-512
-    /// VNNI: about 2× for a query, 1.4× for a batch, measured), f32 elsewhere (the row kernels
-    /// of other CPUs lose to f32's: docs/performance.md).
+    /// `"auto"`: int8 where its kernel on this CPU was measured faster than f32
+    /// ([`Kernel::beats_f32`]: the outer-product kernels of AVX-512 VNNI, AVX-VNNI and AVX2), f32
+    /// elsewhere (the row kernels lose to f32: docs/performance.md).
     fn default() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        if crate::simd::vnni512::available() {
-            return Precision::Int8;
-        }
-        Precision::F32
+        let kernel = crate::simd::int8::choice().kernel;
+        if kernel.beats_f32() { Precision::Int8(kernel) } else { Precision::F32 }
     }
 }
 
 impl Precision {
+    /// int8 on this process's kernel.
+    pub fn int8() -> Self {
+        Precision::Int8(crate::simd::int8::choice().kernel)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Precision::F32 => "f32",
-            Precision::Int8 => "int8",
+            Precision::Int8(_) => "int8",
+        }
+    }
+
+    /// The int8 kernel, if any.
+    pub fn kernel(self) -> Option<Kernel> {
+        match self {
+            Precision::F32 => None,
+            Precision::Int8(k) => Some(k),
         }
     }
 }
@@ -559,9 +572,14 @@ impl Validator<'_> {
             learning: raw.learning.unwrap_or(true),
             learning_file: raw.learning_file.take().filter(|p| !p.trim().is_empty()).map(PathBuf::from),
             precision: match raw.precision.as_deref() {
+                _ if crate::simd::int8::choice().problem.is_some() => {
+                    let problem = crate::simd::int8::choice().problem.clone().unwrap_or_default();
+                    self.problem(crate::simd::int8::FORCE, problem);
+                    Precision::F32
+                }
                 None | Some("auto") => Precision::default(),
                 Some("f32") => Precision::F32,
-                Some("int8") => Precision::Int8,
+                Some("int8") => Precision::int8(),
                 Some(other) => {
                     self.problem("optimizer.precision", format!("`{other}` is not \"auto\", \"f32\" or \"int8\""));
                     Precision::F32

@@ -238,14 +238,14 @@ fn sse_is_a_transport_for_url_backends() {
 fn precision_defaults_to_what_this_cpu_runs_best_and_names_its_key() {
     let auto = Config::parse("").unwrap().optimizer.precision;
     assert_eq!(auto, Config::parse("[optimizer]\nprecision = \"auto\"\n").unwrap().optimizer.precision);
-    // int8 exactly where the packed AVX-512 VNNI kernel runs.
-    #[cfg(target_arch = "x86_64")]
-    let expected = if crate::simd::vnni512::available() { Precision::Int8 } else { Precision::F32 };
-    #[cfg(not(target_arch = "x86_64"))]
-    let expected = Precision::F32;
-    assert_eq!(auto, expected);
+    // int8 exactly where this CPU's kernel was measured faster than f32.
+    let kernel = crate::simd::int8::choice().kernel;
+    assert_eq!(auto, if kernel.beats_f32() { Precision::Int8(kernel) } else { Precision::F32 });
     assert_eq!(Config::parse("[optimizer]\nprecision = \"f32\"\n").unwrap().optimizer.precision, Precision::F32);
-    assert_eq!(Config::parse("[optimizer]\nprecision = \"int8\"\n").unwrap().optimizer.precision, Precision::Int8);
+    assert_eq!(
+        Config::parse("[optimizer]\nprecision = \"int8\"\n").unwrap().optimizer.precision,
+        Precision::Int8(kernel)
+    );
     let err = Config::parse("[optimizer]\nprecision = \"fp16\"\n").unwrap_err();
     assert!(err.problems.iter().any(|p| p.key == "optimizer.precision" && p.message.contains("auto")), "{err}");
 }

@@ -62,7 +62,7 @@ impl Dense {
         let out = bias.len();
         let weights = match precision {
             Precision::F32 => Weights::F32(Tensor::from_vec(weight, (out, inp), &Device::Cpu)?.t()?.contiguous()?),
-            Precision::Int8 => Weights::Int8(Arc::new(kernels::QWeights::new(&weight, out, inp))),
+            Precision::Int8(kernel) => Weights::Int8(Arc::new(kernels::QWeights::new(&weight, out, inp, kernel))),
         };
         Ok(Self { weights, bias: Arc::new(bias) })
     }

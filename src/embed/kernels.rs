@@ -12,6 +12,7 @@
 use gemm::Parallelism;
 use rayon::prelude::*;
 
+use crate::simd::int8::{self, Activations, Kernel, Packed};
 use crate::simd::widest;
 
 /// Elements per parallel chunk of an element-wise kernel.
@@ -222,19 +223,18 @@ pub struct QWeights {
     scales: Vec<f32>,
     inner: usize,
     cols: usize,
-    /// The same codes in the AVX-512 VNNI kernel's layout, on CPUs that run it.
-    #[cfg(target_arch = "x86_64")]
-    packed: Option<crate::simd::vnni512::Packed>,
+    /// The same codes in the outer-product layout of `kernel`, when it has one.
+    packed: Option<Packed>,
 }
 
 impl QWeights {
     /// Quantises `w`, stored `(cols, inner)` row-major (PyTorch's `(out, in)`), in the layout
-    /// of the fastest kernel this CPU runs.
-    pub fn new(w: &[f32], cols: usize, inner: usize) -> Self {
+    /// of `kernel` (which this CPU must run).
+    pub fn new(w: &[f32], cols: usize, inner: usize, kernel: Kernel) -> Self {
+        assert!(kernel.runs_here(), "the {kernel} kernel on a CPU without it");
         let q = Self::rows(w, cols, inner);
-        #[cfg(target_arch = "x86_64")]
-        if crate::simd::vnni512::available() {
-            let packed = crate::simd::vnni512::Packed::new(&q.codes, &q.scales, cols, inner);
+        if kernel.lanes().is_some() {
+            let packed = Packed::new(kernel, &q.codes, &q.scales, cols, inner);
             return Self { codes: Vec::new(), packed: Some(packed), ..q };
         }
         q
@@ -253,14 +253,7 @@ impl QWeights {
                 scales.push(s);
             }
         }
-        Self {
-            codes,
-            scales,
-            inner,
-            cols,
-            #[cfg(target_arch = "x86_64")]
-            packed: None,
-        }
+        Self { codes, scales, inner, cols, packed: None }
     }
 
     pub fn cols(&self) -> usize {
@@ -284,7 +277,6 @@ pub fn qmatmul(x: &[f32], rows: usize, w: &QWeights, out: &mut [f32]) {
     let (inner, cols) = (w.inner, w.cols);
     assert_eq!(x.len(), rows * inner, "x is rows × inner");
     assert_eq!(out.len(), rows * cols, "out is rows × cols");
-    #[cfg(target_arch = "x86_64")]
     if let Some(packed) = &w.packed {
         return qmatmul_packed(x, rows, packed, out);
     }
@@ -327,11 +319,10 @@ pub fn qmatmul(x: &[f32], rows: usize, w: &QWeights, out: &mut [f32]) {
     });
 }
 
-/// [`qmatmul`] on AVX-512 VNNI ([`crate::simd::vnni512`]): threads split the column groups.
-#[cfg(target_arch = "x86_64")]
-fn qmatmul_packed(x: &[f32], rows: usize, w: &crate::simd::vnni512::Packed, out: &mut [f32]) {
-    use crate::simd::vnni512;
-    let xq = vnni512::Activations::quantize(x, rows, w.inner);
+/// [`qmatmul`] on an outer-product kernel ([`crate::simd::int8`]): threads split the column
+/// groups.
+fn qmatmul_packed(x: &[f32], rows: usize, w: &Packed, out: &mut [f32]) {
+    let xq = Activations::quantize(w.kernel, x, rows, w.inner);
     struct Out(*mut f32);
     // SAFETY: each task writes the columns of its own groups only; `out` outlives the scope.
     unsafe impl Send for Out {}
@@ -340,12 +331,12 @@ fn qmatmul_packed(x: &[f32], rows: usize, w: &crate::simd::vnni512::Packed, out:
     let base = Out(out.as_mut_ptr());
     let run = |groups: std::ops::Range<usize>| {
         let base = &base;
-        // SAFETY: the packed weights exist only where `vnni512::available()` held; `out` is
-        // `rows × cols` (checked by the caller) and `groups` are this task's alone.
-        unsafe { vnni512::gemm(w, &xq, rows, groups, base.0) }
+        // SAFETY: `out` is `rows × cols` (checked by the caller) and `groups` are this task's
+        // alone; the kernel checks the rest.
+        unsafe { int8::gemm(w, &xq, rows, groups, base.0) }
     };
     let threads = rayon::current_num_threads().max(1);
-    // Pairs of groups (the kernel's 32-column tile), a few per thread for balance.
+    // Pairs of groups (the widest kernels' tile), a few per thread for balance.
     let per = w.groups.div_ceil(threads * 4).max(2).next_multiple_of(2);
     if threads == 1 || w.groups <= per {
         run(0..w.groups);
@@ -599,28 +590,29 @@ mod tests {
         assert!(worst < 1e-5, "max difference {worst}");
     }
 
+    /// Every outer-product kernel this CPU runs, through `qmatmul` and its threads, against the
+    /// row kernels.
     #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn the_packed_kernel_matches_the_row_kernels() {
+    fn each_packed_kernel_matches_the_row_kernels() {
         use rand::{Rng, SeedableRng, rngs::StdRng};
-        if !crate::simd::vnni512::available() {
-            eprintln!("no AVX-512 VNNI here: the packed kernel is not used, nothing to compare");
-            return;
-        }
+        let kernels: Vec<Kernel> = Kernel::ALL.into_iter().filter(|k| k.lanes().is_some() && k.runs_here()).collect();
+        eprintln!("packed kernels here: {kernels:?}");
         let mut rng = StdRng::seed_from_u64(11);
         // Every tile shape (1 to 4 rows and more; one or two groups; a partial group; a tail block).
         for (rows, inner, cols) in [(1, 32, 16), (3, 50, 40), (4, 384, 48), (9, 384, 384), (7, 1536, 33), (17, 96, 1)] {
             let x: Vec<f32> = (0..rows * inner).map(|_| rng.random_range(-3.0..3.0)).collect();
             let w: Vec<f32> = (0..cols * inner).map(|_| rng.random_range(-0.2..0.2)).collect();
             let mut rows_out = vec![0f32; rows * cols];
-            qmatmul(&x, rows, &QWeights::rows(&w, cols, inner), &mut rows_out);
-            let packed = QWeights::new(&w, cols, inner);
-            assert!(packed.packed.is_some() && packed.codes.is_empty());
-            let mut packed_out = vec![f32::NAN; rows * cols];
-            qmatmul(&x, rows, &packed, &mut packed_out);
-            for (p, r) in packed_out.iter().zip(&rows_out) {
-                // The same exact block sums and scales; only the order of float additions differs.
-                assert!((p - r).abs() <= 1e-5 * (1.0 + r.abs()), "{rows}×{inner}×{cols}: {p} vs {r}");
+            qmatmul(&x, rows, &QWeights::new(&w, cols, inner, Kernel::Rows), &mut rows_out);
+            for &kernel in &kernels {
+                let packed = QWeights::new(&w, cols, inner, kernel);
+                assert!(packed.packed.is_some() && packed.codes.is_empty());
+                let mut packed_out = vec![f32::NAN; rows * cols];
+                qmatmul(&x, rows, &packed, &mut packed_out);
+                for (p, r) in packed_out.iter().zip(&rows_out) {
+                    // The same exact block sums and scales; only the order of float additions differs.
+                    assert!((p - r).abs() <= 1e-5 * (1.0 + r.abs()), "{kernel} {rows}×{inner}×{cols}: {p} vs {r}");
+                }
             }
         }
     }
@@ -642,7 +634,7 @@ mod tests {
         let mut want = vec![0f32; rows * cols];
         matmul(&x, &w_t, rows, inner, cols, &mut want);
         let mut got = vec![0f32; rows * cols];
-        qmatmul(&x, rows, &QWeights::new(&w, cols, inner), &mut got);
+        qmatmul(&x, rows, &QWeights::new(&w, cols, inner, int8::choice().kernel), &mut got);
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
         for (g, e) in got.iter().zip(&want) {
             assert!((g - e).abs() <= 0.02 * scale, "{g} vs {e} (largest {scale})");

@@ -38,6 +38,10 @@ pub trait Embedder: Send + Sync + 'static {
     fn queue_depth(&self) -> usize {
         0
     }
+    /// The encoder's arithmetic, for a real model.
+    fn precision(&self) -> Option<crate::config::Precision> {
+        None
+    }
 }
 
 /// Scales a vector to unit length (a zero vector stays zero).

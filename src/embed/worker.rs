@@ -60,6 +60,7 @@ pub struct ModelEmbedder {
     /// Encoder passes run, and requests answered: their ratio is the mean batch.
     passes: Arc<AtomicU64>,
     answered: Arc<AtomicU64>,
+    precision: Precision,
 }
 
 impl ModelEmbedder {
@@ -95,7 +96,7 @@ impl ModelEmbedder {
                 next = leftover;
             }
         })?;
-        Ok(Self { tx, id, dim, failing: Arc::new(AtomicBool::new(false)), passes, answered })
+        Ok(Self { tx, id, dim, precision, failing: Arc::new(AtomicBool::new(false)), passes, answered })
     }
 
     /// Encoder passes run and requests answered since start.
@@ -169,6 +170,10 @@ impl Embedder for ModelEmbedder {
 
     fn queue_depth(&self) -> usize {
         self.tx.max_capacity() - self.tx.capacity()
+    }
+
+    fn precision(&self) -> Option<Precision> {
+        Some(self.precision)
     }
 
     fn embed(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EmbedError>> {

@@ -197,6 +197,14 @@ pub struct EmbedderStatus {
     pub model: Option<String>,
     /// `ok`, `failed` (the current generation has no vectors: retried with backoff) or `none`.
     pub state: &'static str,
+    /// `f32` or `int8` (`optimizer.precision`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub precision: Option<&'static str>,
+    /// The int8 matrix-product kernel (`crate::simd::int8`), and why it was chosen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub int8_kernel: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub int8_kernel_why: Option<String>,
 }
 
 impl Gateway {
@@ -319,8 +327,16 @@ impl Gateway {
             .collect();
         let sessions = self.session_rows(None);
         let embedder = match self.store.embedder() {
-            None => EmbedderStatus { model: None, state: "none" },
+            None => {
+                EmbedderStatus { model: None, state: "none", precision: None, int8_kernel: None, int8_kernel_why: None }
+            }
             Some(e) => EmbedderStatus {
+                precision: e.precision().map(|p| p.name()),
+                int8_kernel: e.precision().and_then(|p| p.kernel()).map(|k| k.name()),
+                int8_kernel_why: e
+                    .precision()
+                    .and_then(|p| p.kernel())
+                    .map(|_| crate::simd::int8::choice().why.clone()),
                 model: Some(e.model_id().to_string()),
                 state: if generation.dense.is_some() || generation.catalog.is_empty() { "ok" } else { "failed" },
             },
@@ -460,7 +476,7 @@ pub fn table(s: &serde_json::Value) -> String {
     };
     let _ = writeln!(
         out,
-        "toolmux {} ({} mode): {state}; catalog generation {}, {} tools, {} search; {} live sessions; embedder {}",
+        "toolmux {} ({} mode): {state}; catalog generation {}, {} tools, {} search; {} live sessions; embedder {}{}",
         text(&s["version"]),
         text(&s["mode"]),
         text(&s["catalog"]["generation"]),
@@ -468,6 +484,11 @@ pub fn table(s: &serde_json::Value) -> String {
         text(&s["catalog"]["search"]),
         text(&s["sessions"]["live"]),
         text(&s["embedder"]["state"]),
+        match (s["embedder"]["precision"].as_str(), s["embedder"]["int8_kernel"].as_str()) {
+            (Some(p), Some(k)) => format!(" ({p}, {k} kernel)"),
+            (Some(p), None) => format!(" ({p})"),
+            _ => String::new(),
+        },
     );
     let header = ["BACKEND", "TRANSPORT", "CONNECTED", "HEALTH", "SINCE", "BREAKER", "TOOLS", "SESSIONS", "LAST ERROR"];
     let mut rows = vec![header.map(String::from).to_vec()];

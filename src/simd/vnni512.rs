@@ -1,116 +1,29 @@
-//! The int8 encoder's matrix product on AVX-512 VNNI, as an outer product: no horizontal sums.
+//! The int8 outer product ([`super::int8`]'s layout, 16 lanes) on AVX-512 VNNI.
 //!
-//! The row kernels ([`super::idot_rows_blocks`]) take one weight row (an output column) against
-//! the activation rows, so every 32-byte block ends in a horizontal sum of its lanes. Here the
-//! weights are repacked at load so that one 64-byte load holds 4 consecutive bytes of each of 16
-//! output columns: a VPDPBUSD against 4 activation bytes broadcast to every lane adds those 4
-//! products into each column's own lane. Eight of them cover a 32-byte block for 16 columns of one
-//! activation row, and the block's sums are already where they belong. Four rows by 32 columns
-//! are kept in registers (8 integer accumulators, 8 float ones), so each weight load serves four
-//! rows and each broadcast two column groups.
-//!
-//! VPDPBUSD multiplies unsigned by signed bytes: activations are stored offset by 128 (`x ^ 0x80`,
-//! in `0..=255`) and each block's sum is corrected by `128 · Σ w` over the block, kept per column
-//! beside the weights. The result is the same as the row kernels' (exact integer block sums, each
-//! scaled by its two block scales) up to the order of float additions.
+//! One VPDPBUSD per step adds 4 activation bytes (offset by 128, broadcast) times 4 bytes of each
+//! of 16 columns into the columns' lanes. Four rows by two groups (32 columns) are kept in
+//! registers (8 integer accumulators, 8 float ones), so each weight load serves four rows and each
+//! broadcast two groups; per block the sums are corrected by `128 · Σ w`, converted and scaled.
 
 use std::arch::x86_64::*;
 
 use super::BLOCK;
+use super::int8::{Activations, Packed};
 
 /// Output columns per packed group: one zmm of 32-bit lanes.
-pub const GROUP: usize = 16;
+const GROUP: usize = 16;
 /// Bytes of one (group, block) tile: 16 columns × 32 bytes.
 const TILE: usize = GROUP * BLOCK;
 
-/// Int8 weights in the kernel's layout (built once, at load).
-pub struct Packed {
-    /// Per (group, block): 8 steps of 16 columns × 4 bytes.
-    codes: Vec<i8>,
-    /// Per (group, block): the 16 columns' scales.
-    scales: Vec<f32>,
-    /// Per (group, block): `128 · Σ w` over the block, per column.
-    offsets: Vec<i32>,
-    pub cols: usize,
-    pub inner: usize,
-    pub blocks: usize,
-    pub groups: usize,
-}
-
-impl Packed {
-    /// Packs `codes` (`cols × inner`, row-major, in `-127..=127`) with their per-block `scales`
-    /// (`cols × blocks`). Columns and the last block are padded with zeros.
-    pub fn new(codes: &[i8], scales: &[f32], cols: usize, inner: usize) -> Self {
-        let blocks = inner.div_ceil(BLOCK);
-        let groups = cols.div_ceil(GROUP);
-        assert_eq!(codes.len(), cols * inner);
-        assert_eq!(scales.len(), cols * blocks);
-        let mut packed = vec![0i8; groups * blocks * TILE];
-        let mut packed_scales = vec![0f32; groups * blocks * GROUP];
-        let mut offsets = vec![0i32; groups * blocks * GROUP];
-        for c in 0..cols {
-            let (g, lane) = (c / GROUP, c % GROUP);
-            for b in 0..blocks {
-                let tile = (g * blocks + b) * TILE;
-                let mut sum = 0i32;
-                for k in 0..BLOCK {
-                    let i = b * BLOCK + k;
-                    if i >= inner {
-                        break;
-                    }
-                    let w = codes[c * inner + i];
-                    // Step k/4 of the block: 16 lanes × 4 bytes; this column's 4 are at lane·4.
-                    packed[tile + (k / 4) * (GROUP * 4) + lane * 4 + k % 4] = w;
-                    sum += i32::from(w);
-                }
-                packed_scales[(g * blocks + b) * GROUP + lane] = scales[c * blocks + b];
-                offsets[(g * blocks + b) * GROUP + lane] = 128 * sum;
-            }
-        }
-        Self { codes: packed, scales: packed_scales, offsets, cols, inner, blocks, groups }
-    }
-
-    /// Bytes held.
-    pub fn heap_bytes(&self) -> usize {
-        self.codes.len() + self.scales.len() * 4 + self.offsets.len() * 4
-    }
-}
-
-/// Activations for [`gemm`]: each row quantised per block to bytes offset by 128, rows
-/// `blocks · 32` bytes apart (zero-padded to whole blocks), and a scale per (row, block).
-pub struct Activations {
-    pub codes: Vec<u8>,
-    pub scales: Vec<f32>,
-    pub stride: usize,
-}
-
-impl Activations {
-    /// Quantises `rows × inner` values of `x`, block by block, as [`super::quantize_into`] does
-    /// (the same codes: scale `127 / max |x|`, rounded half to even), offset by 128. Only for a
-    /// CPU that runs [`gemm`] (the packed weights exist only there).
-    pub fn quantize(x: &[f32], rows: usize, inner: usize) -> Self {
-        assert!(available(), "AVX-512 VNNI activations on a CPU without it");
-        assert!(x.len() >= rows * inner, "x holds rows × inner values");
-        let blocks = inner.div_ceil(BLOCK);
-        let stride = blocks * BLOCK;
-        let mut codes = vec![0x80u8; rows * stride];
-        let mut scales = vec![0f32; rows * blocks];
-        // SAFETY: the CPU supports AVX-512F, BW and VNNI (asserted above); the sizes were made
-        // for `rows`, `inner` and `blocks` just above.
-        unsafe { quantize_avx512(x, rows, inner, &mut codes, &mut scales) };
-        Self { codes, scales, stride }
-    }
-}
-
-/// [`Activations::quantize`]'s loop: per block, two zmm of floats, their largest magnitude,
-/// scaled and converted with the default rounding (to nearest, ties to even), narrowed with
-/// saturation (never reached: every code is within ±127) and offset.
+/// [`Activations::quantize`] for this kernel: per block, two zmm of floats, their largest
+/// magnitude, scaled and converted with the default rounding (to nearest, ties to even), narrowed
+/// with saturation (never reached: every code is within ±127) and offset by 128.
 ///
 /// # Safety
-/// The CPU must support AVX-512F and BW; `codes` holds `rows · blocks · 32` bytes and `scales`
-/// `rows · blocks` floats.
+/// The CPU must support AVX-512F and BW; `codes` holds `rows · blocks · 32` bytes (0x80 where no
+/// value is written) and `scales` `rows · blocks` floats.
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn quantize_avx512(x: &[f32], rows: usize, inner: usize, codes: &mut [u8], scales: &mut [f32]) {
+pub unsafe fn quantize(x: &[f32], rows: usize, inner: usize, codes: &mut [u8], scales: &mut [f32]) {
     let blocks = inner.div_ceil(BLOCK);
     let stride = blocks * BLOCK;
     let offset = _mm_set1_epi8(-128);
@@ -151,15 +64,11 @@ unsafe fn quantize_avx512(x: &[f32], rows: usize, inner: usize, codes: &mut [u8]
 /// groups `groups`, every row; `out` is `rows × cols`, row-major.
 ///
 /// # Safety
-/// The CPU must support AVX-512F, BW and VNNI; `out` must hold `rows · w.cols` floats, and no one
-/// else may write the columns of `groups` meanwhile. The shapes must agree (checked: a mismatch
-/// panics): `x` holds at least `rows` rows quantised over `w.inner` values (its stride is
-/// `w.blocks · 32`, with a scale per (row, block)), and `groups` lies within `0..w.groups`.
+/// The CPU must support AVX-512F, BW and VNNI, and the rest is [`super::int8::gemm`]'s, which
+/// checked the shapes; `w` is packed 16 lanes wide.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub unsafe fn gemm(w: &Packed, x: &Activations, rows: usize, groups: std::ops::Range<usize>, out: *mut f32) {
-    assert_eq!(x.stride, w.blocks * BLOCK, "activations quantised over another inner size");
-    assert!(x.codes.len() >= rows * x.stride && x.scales.len() >= rows * w.blocks, "fewer activation rows");
-    assert!(groups.end <= w.groups, "column groups past the weights'");
+    assert_eq!(w.lanes, GROUP, "weights packed for another kernel");
     let mut g = groups.start;
     while g < groups.end {
         let pair = groups.end - g >= 2;
@@ -247,43 +156,4 @@ pub fn available() -> bool {
     std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512vnni")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn activations_get_the_portable_codes() {
-        if !available() {
-            eprintln!("no AVX-512 VNNI here: nothing to compare");
-            return;
-        }
-        use rand::{Rng, SeedableRng, rngs::StdRng};
-        let mut rng = StdRng::seed_from_u64(5);
-        for (rows, inner) in [(1, 32), (3, 50), (5, 384), (2, 7)] {
-            let mut x: Vec<f32> = (0..rows * inner).map(|_| rng.random_range(-4.0..4.0)).collect();
-            // A block of zeros, and ties to round.
-            x[..inner.min(32)].fill(0.0);
-            if x.len() > 40 {
-                x[33] = 127.0;
-                x[34] = 0.5;
-                x[35] = -1.5;
-            }
-            let got = Activations::quantize(&x, rows, inner);
-            let blocks = inner.div_ceil(BLOCK);
-            for r in 0..rows {
-                for b in 0..blocks {
-                    let block = &x[r * inner + b * BLOCK..r * inner + (b * BLOCK + BLOCK).min(inner)];
-                    let (want, scale) = super::super::quantize(block);
-                    assert_eq!(got.scales[r * blocks + b], scale, "row {r} block {b}");
-                    let at = r * got.stride + b * BLOCK;
-                    for (k, &w) in want.iter().enumerate() {
-                        assert_eq!(got.codes[at + k], (w as u8) ^ 0x80, "row {r} block {b} byte {k}");
-                    }
-                    assert!(got.codes[at + want.len()..at + BLOCK].iter().all(|&c| c == 0x80), "padding is zero");
-                }
-            }
-        }
-    }
 }

@@ -220,7 +220,7 @@ pub fn model() -> Arc<ModelEmbedder> {
 /// The real model with int8 dense layers (`optimizer.precision = "int8"`), loaded once.
 pub fn model_int8() -> Arc<ModelEmbedder> {
     static MODEL: OnceLock<Arc<ModelEmbedder>> = OnceLock::new();
-    loaded_once(&MODEL, toolmux::config::Precision::Int8)
+    loaded_once(&MODEL, toolmux::config::Precision::int8())
 }
 
 fn loaded_once(

@@ -337,7 +337,13 @@ async fn an_embedding_failure_is_retried_until_search_is_hybrid_again() {
         eventually(Duration::from_secs(30), || async { app.gateway.status().catalog.search == "hybrid" }).await,
         "the build is retried once the model answers"
     );
-    assert_eq!(app.gateway.status().embedder.state, "ok");
+    let embedder = app.gateway.status().embedder;
+    assert_eq!(embedder.state, "ok");
+    // Which arithmetic and kernel run, and why (`ModelEmbedder::start` takes `auto`).
+    let precision = toolmux::config::Precision::default();
+    assert_eq!(embedder.precision, Some(precision.name()));
+    assert_eq!(embedder.int8_kernel, precision.kernel().map(|k| k.name()));
+    assert_eq!(embedder.int8_kernel_why.is_some(), precision.kernel().is_some(), "{:?}", embedder.int8_kernel_why);
     let (c, _) = client(&app).await;
     let r = call(&c, "find_tool", json!({"tool_description": "echo back a message"})).await;
     assert_eq!(r.structured_content.unwrap()["search_mode"], "hybrid");
