@@ -113,9 +113,16 @@ fn sample(texts: &[String], n: usize, offset: usize) -> Vec<String> {
 fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let files = model_files();
-    // Named precisions: `model()` takes the default, which is int8 where the packed kernel runs.
-    let m = model_in(toolmux::config::Precision::F32);
-    let m8 = model_in(toolmux::config::Precision::Int8);
+    // Named precisions: `model()` takes the default. int8 once per kernel this CPU runs, side by
+    // side (`TOOLMUX_INT8_KERNEL` narrows the list to that kernel and the ones narrower).
+    use toolmux::config::Precision;
+    use toolmux::simd::int8::Kernel;
+    let m = model_in(Precision::F32);
+    let widest = toolmux::simd::int8::choice().kernel;
+    let kernels: Vec<Kernel> = Kernel::ALL.into_iter().skip_while(|k| *k != widest).filter(|k| k.runs_here()).collect();
+    let int8: Vec<_> = kernels.iter().map(|&k| (k, model_in(Precision::Int8(k)))).collect();
+    let m8 = &int8[0].1;
+    eprintln!("int8 kernels measured: {}", kernels.iter().map(|k| k.name()).collect::<Vec<_>>().join(", "));
     let (tool_texts, query_texts) = texts();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let queries: Vec<String> = query_texts.iter().take(ROUNDS * QUERIES_PER_ROUND).cloned().collect();
@@ -156,7 +163,7 @@ fn main() {
     }
 
     let mut ours = Timings::default();
-    let mut ours8 = Timings::default();
+    let mut ours8: Vec<Timings> = int8.iter().map(|_| Timings::default()).collect();
     for round in 0..ROUNDS {
         let qs = &queries[round * QUERIES_PER_ROUND..(round + 1) * QUERIES_PER_ROUND];
         let candle = |m: &std::sync::Arc<toolmux::embed::worker::ModelEmbedder>, into: &mut Timings| {
@@ -177,7 +184,9 @@ fn main() {
         // Alternate who goes first, so neither side always runs on a warmer machine.
         if round % 2 == 1 {
             candle(&m, &mut ours);
-            candle(&m8, &mut ours8);
+            for ((_, m8), t) in int8.iter().zip(&mut ours8) {
+                candle(m8, t);
+            }
         }
         for (_, py, theirs) in &mut baselines {
             theirs.query.extend(py.seconds(json!({"op": "query", "texts": qs})));
@@ -189,7 +198,9 @@ fn main() {
                 .extend(py.seconds(json!({"op": "batch", "texts": catalog, "batch_size": BATCH, "repeat": 1})));
         }
         if round % 2 == 0 {
-            candle(&m8, &mut ours8);
+            for ((_, m8), t) in int8.iter().zip(&mut ours8).rev() {
+                candle(m8, t);
+            }
             candle(&m, &mut ours);
         }
         eprintln!("round {}/{ROUNDS} done", round + 1);
@@ -199,27 +210,24 @@ fn main() {
     let theirs = |name: &str| baselines.iter().position(|(n, ..)| *n == name);
     let (torch, ort) = (theirs("torch"), theirs("ORT int8"));
     let mut timings: Vec<Timings> = baselines.iter_mut().map(|(.., t)| std::mem::take(t)).collect();
-    println!(
-        "{:<34} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>14}",
-        "", "candle f32", "candle int8", "torch", "ORT int8", "int8/f32", "f32/torch", "int8/ORT int8"
-    );
+    let mut head = format!("{:<34} {:>12}", "", "candle f32");
+    for k in &kernels {
+        head += &format!(" {:>14} {:>9}", format!("int8 {k}"), "/f32");
+    }
+    println!("{head} {:>12} {:>12} {:>10} {:>14}", "torch", "ORT int8", "f32/torch", "int8/ORT int8");
     let mut row = |label: &str, pick: &dyn Fn(&mut Timings) -> f64, unit: &str, higher_is_better: bool| {
         let better = |x: f64, y: f64| if higher_is_better { x / y } else { y / x };
-        let (a, a8) = (pick(&mut ours), pick(&mut ours8));
+        let a = pick(&mut ours);
+        let a8: Vec<f64> = ours8.iter_mut().map(pick).collect();
         let mut of = |i: Option<usize>| i.map(|i| pick(&mut timings[i]));
         let (t, o) = (of(torch), of(ort));
         let show = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1} {unit}"));
         let ratio = |x: f64, y: Option<f64>| y.map_or("-".into(), |y| format!("{:.2}x", better(x, y)));
-        println!(
-            "{label:<34} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10} {:>14}",
-            format!("{a:.1} {unit}"),
-            format!("{a8:.1} {unit}"),
-            show(t),
-            show(o),
-            format!("{:.2}x", better(a8, a)),
-            ratio(a, t),
-            ratio(a8, o),
-        );
+        let mut line = format!("{label:<34} {:>12}", format!("{a:.1} {unit}"));
+        for &v in &a8 {
+            line += &format!(" {:>14} {:>9}", format!("{v:.1} {unit}"), format!("{:.2}x", better(v, a)));
+        }
+        println!("{line} {:>12} {:>12} {:>10} {:>14}", show(t), show(o), ratio(a, t), ratio(a8[0], o));
     };
     row("query p50", &|t| t.query_ms(), "ms", false);
     row(&format!("batch of {BATCH}, texts/s"), &|t| t.rate(BATCH, |t| &mut t.batch), "/s", true);
@@ -255,7 +263,7 @@ fn main() {
         })
         .collect();
     println!(
-        "peak RSS of this process (both candle models loaded): {:.0} MiB; {}",
+        "peak RSS of this process (every candle model above loaded): {:.0} MiB; {}",
         peak_rss_mib(),
         if theirs_rss.is_empty() { "no baseline".to_string() } else { theirs_rss.join(", ") }
     );
