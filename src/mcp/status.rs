@@ -50,6 +50,8 @@ pub struct LearningStatus {
     pub active: bool,
     pub labels: u64,
     pub tools: usize,
+    /// Tools whose labels count in rankings (from two principals or more).
+    pub counting: usize,
     /// The query adapter (`store::adapter`).
     pub adapter: AdapterStatus,
 }
@@ -377,6 +379,7 @@ impl Gateway {
                 active: l.active(),
                 labels: l.total(),
                 tools: l.tools(),
+                counting: l.counting(),
                 adapter: AdapterStatus::of(l),
             }),
             reload: self.reloads.lock().expect("reload log").clone(),

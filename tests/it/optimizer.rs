@@ -278,6 +278,8 @@ async fn find_tool_learns_from_calls_that_follow_it() {
     // The documented bound (docs/security.md, ARCHITECTURE.md), not whatever the constant says.
     assert_eq!(labels(), 4, "one principal's labels are bounded at 4 per tool");
     assert_eq!(ranked(call(&c, "find_tool", request.clone()).await), before, "one principal cannot move the ranking");
+    let counting = || serde_json::to_value(app.gateway.status()).unwrap()["learning"]["counting"].as_u64().unwrap();
+    assert_eq!(counting(), 0, "one principal's labels do not count");
     // A call that ends in a tool error teaches nothing.
     let (s, _) = client_with_auth(&app, Some("eve")).await;
     let (s, r) = teach(s, json!({})).await;
@@ -293,6 +295,7 @@ async fn find_tool_learns_from_calls_that_follow_it() {
     }
     let status = serde_json::to_value(app.gateway.status()).unwrap();
     assert_eq!(status["learning"]["active"], true, "{}", status["learning"]);
+    assert!(counting() >= 1, "the tool twenty principals labelled counts: {}", status["learning"]);
     let after = ranked(call(&c, "find_tool", request.clone()).await);
     println!("after: {after:?}");
     assert_eq!(after[0], target, "the tool twenty principals chose comes first");

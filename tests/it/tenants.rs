@@ -28,7 +28,9 @@
 //!   the call past the quota is refused naming the limit;
 //! - `[results]`: a result cut to the walk's small limit is kept for the principal that made
 //!   the call, who reads it back (through read_result and `resources/read`, from any of its
-//!   sessions or none); every other principal is told it does not exist.
+//!   sessions or none); every other principal is told it does not exist;
+//! - learning from use (optimizer mode with the real model, one replica): one principal's
+//!   labels alone never change another principal's find_tool ranking.
 //!
 //! `TOOLMUX_TENANT_SEED=N` replays one walk; `TOOLMUX_TENANT_STEPS=N` makes each walk longer
 //! (CI runs a bounded number of steps). A failure prints the seed and the step.
@@ -48,6 +50,7 @@ use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::{Value, json};
 use toolmux::app::{App, EmbedderChoice};
+use toolmux::embed::Embedder;
 
 use crate::harness::*;
 
@@ -156,7 +159,18 @@ struct Walk {
     kept: Vec<(String, usize)>,
     step: usize,
     seed: u64,
+    /// Labels the teach step made, and how many of its checks held a ranking to be unchanged.
+    taught: u64,
+    teach_checks: usize,
 }
+
+/// The requests the teach step asks, each with the tool it is aimed at.
+const TEACH: [(&str, &str); 4] = [
+    ("create an issue in a repository", "github_create_issue"),
+    ("remember a value", "kit_remember"),
+    ("create a ticket in a tracker project", "jira_create_ticket"),
+    ("list pull requests of a repository", "github_list_pull_requests"),
+];
 
 /// Each principal's jira calls per hour (`[[limits]]` named `walk`).
 const QUOTA: usize = 2;
@@ -201,7 +215,13 @@ impl Walk {
         let mut rng = StdRng::seed_from_u64(seed);
         let (allowed, locked, no_create) = draw(&mut rng);
         let config = base.clone() + &policy(&allowed, &locked, &no_create);
-        let app = gateway(&config, EmbedderChoice::None).await;
+        // The real model where the walk teaches (optimizer mode, one replica): learning needs
+        // request vectors. Keyword search elsewhere.
+        let embedder = match (mode, variant) {
+            ("optimizer", Variant::Sessions | Variant::StatelessWithGroups) => EmbedderChoice::Given(model()),
+            _ => EmbedderChoice::None,
+        };
+        let app = gateway(&config, embedder).await;
         let replica = match variant {
             Variant::Replicas => Some(gateway(&config, EmbedderChoice::None).await),
             _ => None,
@@ -226,6 +246,8 @@ impl Walk {
             kept: Vec::new(),
             step: 0,
             seed,
+            taught: 0,
+            teach_checks: 0,
         }
     }
 
@@ -284,7 +306,8 @@ impl Walk {
             0..40 => self.groups(who).await,
             40..50 => self.list(who).await,
             50..55 => self.parts(who).await,
-            55..61 => self.find(who).await,
+            55..58 => self.find(who).await,
+            58..61 => self.teach(who).await,
             61..65 => self.console(who.principal()).await,
             65..73 => self.make_task(who).await,
             73..84 => self.follow_task(who).await,
@@ -485,6 +508,82 @@ impl Walk {
         });
         let expected: Vec<&str> = if self.locked[who.principal()] { vec![LOCKED] } else { vec![] };
         assert_eq!(waiting, expected, "{}: {who:?} told of backends waiting for a login", self.at());
+    }
+
+    /// One principal's labels alone never change another principal's ranking: `who` asks
+    /// find_tool and calls the lowest-ranked tool it was offered but jira's (with arguments made
+    /// from its schema: a label where the call succeeds), four times in four sessions of its own
+    /// (a label each); another principal's ranking of the same request is the same before and
+    /// after, unless a tool someone else had labelled got labels of `who` too (as the store
+    /// counts principals, not as the rule that applies them: a rule that let one principal's
+    /// labels count fails here). Learning is active from the start ([`Walk::seed_learning`]). One
+    /// replica only: on two, labels reach each through Redis in their own time.
+    async fn teach(&mut self, who: Who) {
+        if self.mode != "optimizer" || self.variant == Variant::Replicas {
+            return self.find(who).await;
+        }
+        let request = TEACH[self.rng.random_range(0..TEACH.len())].0;
+        let p = who.principal();
+        let other = Who::Sessionless((p + self.rng.random_range(1..PRINCIPALS.len())) % PRINCIPALS.len());
+        let learned = self.app.gateway.store.learned().expect("learning on").clone();
+        let (was, labels) = (learned.principals_per_tool(), learned.total());
+        let before = self.ranking(other, request).await;
+        for i in 0..4 {
+            // A session of its own (labels are made per session), apart from the walk's: its
+            // calls change no state the walk keeps count of.
+            let c = open_session(&self.app, PRINCIPALS[p], &format!("{}#teach{i}", PRINCIPALS[p])).await;
+            let r = call(&c, "find_tool", json!({"tool_description": request})).await;
+            let sc = r.structured_content.expect("structured content");
+            // Not jira's: its calls spend the quota the walk keeps count of in `spend`.
+            let offered = sc["tools"].as_array().cloned().unwrap_or_default();
+            let Some(last) = offered.iter().rev().find(|t| !t["name"].as_str().unwrap().starts_with("jira_")).cloned()
+            else {
+                continue;
+            };
+            let name = last["name"].as_str().expect("a name");
+            assert!(self.in_scope(who, name), "{}: {who:?} was offered {name} outside its scope", self.at());
+            call(&c, "call_tool", json!({"tool_name": name, "parameters": arguments(&last["inputSchema"])})).await;
+            c.cancel().await.expect("the session closes");
+        }
+        self.taught += learned.total() - labels;
+        let now = learned.principals_per_tool();
+        // A tool someone else had labelled and `who` now has too: its labels may count, or
+        // count more; the check is for labels of `who` alone.
+        let shared = now.iter().any(|(tool, &n)| was.get(tool).is_some_and(|&m| m >= 1 && n > m));
+        let after = self.ranking(other, request).await;
+        if !shared {
+            assert_eq!(
+                after,
+                before,
+                "{}: {who:?}'s labels alone changed {other:?}'s ranking of {request:?}",
+                self.at()
+            );
+            self.teach_checks += 1;
+        }
+    }
+
+    /// Learning made active from the first step, by principals outside the walk: for each
+    /// request the teach step asks, labels of the tool it is aimed at from ten principals.
+    async fn seed_learning(&self) {
+        let learned = self.app.gateway.store.learned().expect("learning on");
+        let requests: Vec<String> = TEACH.iter().map(|(r, _)| r.to_string()).collect();
+        let vectors = model().embed(requests).await.expect("the model embeds");
+        let tools = self.app.gateway.store.current().catalog.tools().iter().map(|t| t.key.clone()).collect::<Vec<_>>();
+        for ((_, aimed), v) in TEACH.iter().zip(&vectors) {
+            let tool = tools.iter().find(|t| format!("{}_{}", t.backend, t.tool) == *aimed).expect("the aimed tool");
+            for seeder in 0..10 {
+                learned.record(v, tool, &format!("seed-{seeder}"));
+            }
+        }
+        assert!(learned.active(), "seeded learning is active");
+    }
+
+    /// The tools find_tool offers `who` for `request`, in order.
+    async fn ranking(&mut self, who: Who, request: &str) -> Vec<String> {
+        let c = self.client(who).await;
+        let r = call(&*c, "find_tool", json!({"tool_description": request})).await;
+        assert_ne!(r.is_error, Some(true), "{}: find_tool: {r:?}", self.at());
+        found(&r)
     }
 
     /// The operator console's views, as this principal (no admin here): every tool they name is
@@ -794,6 +893,7 @@ async fn tenants_stay_apart_on_a_random_walk() {
     let others = [http_backend("github").await, http_backend("jira").await];
     let redis = crate::redis_server::Redis::start().await;
     let mut total = 0;
+    let mut taught = 0;
     for seed in seeds {
         for (mode, variant) in [
             ("passthrough", Variant::Sessions),
@@ -805,10 +905,17 @@ async fn tenants_stay_apart_on_a_random_walk() {
         ] {
             println!("tenant walk: {mode} mode, {variant:?}, seed {seed} (replay with TOOLMUX_TENANT_SEED={seed})");
             let mut walk = Walk::start(mode, variant, seed, &kit, &others, &redis).await;
+            if mode == "optimizer" && variant != Variant::Replicas {
+                walk.seed_learning().await;
+            }
             for _ in 0..steps {
                 walk.step().await;
             }
+            if walk.teach_checks > 0 {
+                println!("tenant walk: {} labels taught, {} rankings held", walk.taught, walk.teach_checks);
+            }
             total += walk.step;
+            taught += walk.taught;
             walk.app.shutdown().await;
             if let Some(r) = walk.replica {
                 r.shutdown().await;
@@ -816,4 +923,22 @@ async fn tenants_stay_apart_on_a_random_walk() {
         }
     }
     println!("tenant walk: {total} steps ran clean");
+    // The teach step made labels: its checks were not of a learning that never happened.
+    assert!(steps < 60 || taught > 0, "no label was ever taught");
+}
+
+/// Arguments for a call of a tool with `schema`: each required property, a value of its type.
+fn arguments(schema: &Value) -> Value {
+    let required = schema["required"].as_array().cloned().unwrap_or_default();
+    let values = required.iter().filter_map(Value::as_str).map(|k| {
+        let v = match schema["properties"][k]["type"].as_str() {
+            Some("integer" | "number") => json!(1),
+            Some("boolean") => json!(true),
+            Some("array") => json!([]),
+            Some("object") => json!({}),
+            _ => json!("walk"),
+        };
+        (k.to_string(), v)
+    });
+    Value::Object(values.collect())
 }

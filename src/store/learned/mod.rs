@@ -432,6 +432,18 @@ impl Learned {
         self.tools.read().expect("learned lock").len()
     }
 
+    /// How many principals labelled each labelled tool (`backend_tool`), whether or not it counts.
+    pub fn principals_per_tool(&self) -> std::collections::BTreeMap<String, usize> {
+        let tools = self.tools.read().expect("learned lock");
+        tools.iter().map(|(k, e)| (format!("{}_{}", k.backend, k.tool), e.by.len())).collect()
+    }
+
+    /// Tools whose labels count in rankings: enough of them, from [`MIN_PRINCIPALS`] principals.
+    pub fn counting(&self) -> usize {
+        let tools = self.tools.read().expect("learned lock");
+        tools.values().filter(|e| e.count >= self.min_labels && e.by.len() >= MIN_PRINCIPALS).count()
+    }
+
     /// Whether learned vectors count in rankings yet.
     pub fn active(&self) -> bool {
         self.enabled && self.total() >= MIN_TOTAL
