@@ -571,16 +571,15 @@ impl Validator<'_> {
             pinned: self.globs("optimizer.pinned", raw.pinned.take().unwrap_or_default()),
             learning: raw.learning.unwrap_or(true),
             learning_file: raw.learning_file.take().filter(|p| !p.trim().is_empty()).map(PathBuf::from),
-            precision: match raw.precision.as_deref() {
-                _ if crate::simd::int8::choice().problem.is_some() => {
-                    let problem = crate::simd::int8::choice().problem.clone().unwrap_or_default();
-                    self.problem(crate::simd::int8::FORCE, problem);
+            precision: match (&crate::simd::int8::choice().problem, raw.precision.as_deref()) {
+                (Some(problem), _) => {
+                    self.problem(crate::simd::int8::FORCE, problem.clone());
                     Precision::F32
                 }
-                None | Some("auto") => Precision::default(),
-                Some("f32") => Precision::F32,
-                Some("int8") => Precision::int8(),
-                Some(other) => {
+                (None, None | Some("auto")) => Precision::default(),
+                (None, Some("f32")) => Precision::F32,
+                (None, Some("int8")) => Precision::int8(),
+                (None, Some(other)) => {
                     self.problem("optimizer.precision", format!("`{other}` is not \"auto\", \"f32\" or \"int8\""));
                     Precision::F32
                 }

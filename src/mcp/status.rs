@@ -332,16 +332,16 @@ impl Gateway {
             None => {
                 EmbedderStatus { model: None, state: "none", precision: None, int8_kernel: None, int8_kernel_why: None }
             }
-            Some(e) => EmbedderStatus {
-                precision: e.precision().map(|p| p.name()),
-                int8_kernel: e.precision().and_then(|p| p.kernel()).map(|k| k.name()),
-                int8_kernel_why: e
-                    .precision()
-                    .and_then(|p| p.kernel())
-                    .map(|_| crate::simd::int8::choice().why.clone()),
-                model: Some(e.model_id().to_string()),
-                state: if generation.dense.is_some() || generation.catalog.is_empty() { "ok" } else { "failed" },
-            },
+            Some(e) => {
+                let kernel = e.precision().and_then(|p| p.kernel());
+                EmbedderStatus {
+                    precision: e.precision().map(|p| p.name()),
+                    int8_kernel: kernel.map(|k| k.name()),
+                    int8_kernel_why: kernel.map(|_| crate::simd::int8::choice().why.clone()),
+                    model: Some(e.model_id().to_string()),
+                    state: if generation.dense.is_some() || generation.catalog.is_empty() { "ok" } else { "failed" },
+                }
+            }
         };
         Status {
             version: env!("CARGO_PKG_VERSION"),
