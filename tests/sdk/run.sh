@@ -72,7 +72,10 @@ fi
 # Node resolves the SDK from the script's own folder: run copies that sit beside node_modules.
 cp tests/sdk/client.mjs tests/sdk/hosts.mjs tests/sdk/unlinked-server.mjs tests/sdk/unlinked-client.mjs "$npm_prefix/"
 
-cargo build --locked --bin toolmux
+# `--tests` resolves features as `cargo test` does (dev-dependencies included), so after the
+# test suite this is the binary it already built; without it a cold run compiles every
+# dependency a second time (4-5 minutes on two cores).
+cargo build --locked --bin toolmux --tests
 bin="$target/debug/toolmux"
 work=$(mktemp -d)
 pids=()
