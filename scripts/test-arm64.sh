@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # toolmux on aarch64, checked from an x86-64 Debian machine: cross-builds the library's unit tests,
 # the integration tests and the binary for aarch64-unknown-linux-gnu with Debian's Rust toolchain
-# (rustup's has no aarch64 standard library here), then runs under qemu-user, once on a baseline
-# ARMv8.0 core (cortex-a72: NEON, no dot product) and once on a modern one (neoverse-n1: with the
-# dot-product extension):
+# (rustup's has no aarch64 standard library here), then runs under qemu-user on three CPU models:
+# a baseline ARMv8.0 core (cortex-a72: NEON, no dot product), a modern one (neoverse-n1: with the
+# dot-product extension) and qemu's `max` (every extension qemu knows, int8 matrix multiply
+# among them):
 #   - every unit test, the SIMD kernels' and the index's checks against their exact oracles
-#     among them (the SDOT outer product of the int8 encoder on the second), and a check that
+#     among them (the int8 encoder's SDOT outer product on the second, SMMLA on the third), and a check that
 #     the expected vector path and int8 kernel run on each CPU model;
 #   - the golden-vector tests (every text of tests/fixtures against sentence-transformers'
 #     vectors, batch and single: cosine >= 0.999 in f32, >= 0.995 with the int8 encoder);
@@ -78,10 +79,12 @@ it_tests=$(test_binary --test it)
 models/fetch.sh all-MiniLM-L6-v2
 export TOOLMUX_MODELS_DIR="$root/models"
 status=0
-for cpu in cortex-a72 neoverse-n1; do
+cpus=(cortex-a72 neoverse-n1 max)
+for cpu in "${cpus[@]}"; do
   case $cpu in
     cortex-a72) expected="aarch64 neon" kernel=rows ;;
     neoverse-n1) expected="aarch64 neon+dotprod" kernel=sdot ;;
+    max) expected="aarch64 neon+dotprod" kernel=i8mm ;;
   esac
   # A fresh temporary folder: no vectors cached by an x86-64 run, so the aarch64 build embeds.
   scratch=$(mktemp -d)
@@ -114,5 +117,5 @@ for cpu in cortex-a72 neoverse-n1; do
   echo "arm64: $cpu took $(( $(date +%s) - t0 )) s"
   rm -rf "$scratch"
 done
-[ $status -eq 0 ] && echo "arm64: all checks passed on cortex-a72 and neoverse-n1"
+[ $status -eq 0 ] && echo "arm64: all checks passed on ${cpus[*]}"
 exit $status

@@ -79,17 +79,18 @@ pub fn idot(a: &[i8], b: &[i8]) -> i32 {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "aarch64")]
+mod i8mm;
+pub mod int8;
 /// The byte dot product with SDOT (ARMv8.2 dot-product extension: Apple M1 and later, Neoverse,
 /// Cortex-A76 and later): one instruction multiplies 16 byte pairs and adds them into four
 /// 32-bit lanes, where plain NEON needs widening multiplies and pairwise adds (about six
 /// instructions for the same 16 pairs). The compiler does not form SDOT from the portable loop,
 /// and its intrinsic is not stable, so the one instruction is written out.
-pub mod int8;
-#[cfg(target_arch = "x86_64")]
-pub mod vnni512;
-
 #[cfg(target_arch = "aarch64")]
 mod sdot;
+#[cfg(target_arch = "x86_64")]
+pub mod vnni512;
 
 /// The byte dot product's loop: 32 lanes of 32-bit sums, which the compiler turns into the
 /// target's widening multiply-adds (NEON; SSE2, AVX2 or AVX-512 on x86-64 through [`widest!`]).

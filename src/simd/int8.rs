@@ -20,8 +20,14 @@
 //! | `avx512-vnni` | `vnni512.rs` | 16 | VPDPBUSD on zmm |
 //! | `avx-vnni` | `avx2.rs` | 8 | VPDPBUSD on ymm (VEX) |
 //! | `avx2` | `avx2.rs` | 8 | VPMADDUBSW + VPMADDWD |
+//! | `i8mm` | `i8mm.rs` | 4, in pairs | SMMLA, 2 rows × 2 columns × 8 bytes (aarch64) |
 //! | `sdot` | `sdot.rs` | 4 | SDOT by element (aarch64) |
 //! | `rows` | `../simd.rs` | — | one weight row at a time, horizontal sums (SDOT on aarch64) |
+//!
+//! **The I8MM layout** differs in one way: SMMLA multiplies two rows by two columns over 8 bytes,
+//! so within a (group, block) the columns go in pairs rather than lanes: chunk `j` of 8 bytes
+//! holds, for column pair 0 then pair 1, the pair's first column's bytes `8j..8j+8` then its
+//! second's (16 bytes, one register: [`Kernel::byte_at`]).
 //!
 //! VPDPBUSD multiplies unsigned by signed bytes, so its activations are stored offset by 128
 //! (`x ^ 0x80`) and each block's sum corrected by `128 · Σ w` ([`Packed::offsets`]). VPMADDUBSW
@@ -48,6 +54,8 @@ pub enum Kernel {
     AvxVnni,
     /// x86-64 with AVX2 and FMA.
     Avx2,
+    /// aarch64 with the int8 matrix-multiply extension (SMMLA).
+    I8mm,
     /// aarch64 with the dot-product extension.
     Sdot,
     /// Any CPU: the row kernels ([`super::idot_rows_blocks`]: AVX2, SDOT or portable inside).
@@ -56,15 +64,17 @@ pub enum Kernel {
 
 impl Kernel {
     /// Widest first.
-    pub const ALL: [Kernel; 5] = [Kernel::Avx512Vnni, Kernel::AvxVnni, Kernel::Avx2, Kernel::Sdot, Kernel::Rows];
+    pub const ALL: [Kernel; 6] =
+        [Kernel::Avx512Vnni, Kernel::AvxVnni, Kernel::Avx2, Kernel::I8mm, Kernel::Sdot, Kernel::Rows];
     /// What [`FORCE`] accepts.
-    pub const NAMES: &'static str = "avx512-vnni, avx-vnni, avx2, sdot or rows";
+    pub const NAMES: &'static str = "avx512-vnni, avx-vnni, avx2, i8mm, sdot or rows";
 
     pub fn name(self) -> &'static str {
         match self {
             Kernel::Avx512Vnni => "avx512-vnni",
             Kernel::AvxVnni => "avx-vnni",
             Kernel::Avx2 => "avx2",
+            Kernel::I8mm => "i8mm",
             Kernel::Sdot => "sdot",
             Kernel::Rows => "rows",
         }
@@ -83,13 +93,14 @@ impl Kernel {
                 Kernel::Avx512Vnni => super::vnni512::available(),
                 Kernel::AvxVnni => avx2 && std::arch::is_x86_feature_detected!("avxvnni"),
                 Kernel::Avx2 => avx2,
-                Kernel::Sdot => false,
+                Kernel::I8mm | Kernel::Sdot => false,
                 Kernel::Rows => true,
             }
         }
         #[cfg(target_arch = "aarch64")]
         {
             match self {
+                Kernel::I8mm => std::arch::is_aarch64_feature_detected!("i8mm"),
                 Kernel::Sdot => std::arch::is_aarch64_feature_detected!("dotprod"),
                 Kernel::Rows => true,
                 _ => false,
@@ -113,7 +124,7 @@ impl Kernel {
         match self {
             Kernel::Avx512Vnni | Kernel::AvxVnni | Kernel::Avx2 => true,
             // Not measured on an aarch64 CPU (only correctness, under qemu): f32 until it is.
-            Kernel::Sdot => false,
+            Kernel::I8mm | Kernel::Sdot => false,
             // 0.72× f32 for a query on x86-64.
             Kernel::Rows => false,
         }
@@ -124,8 +135,20 @@ impl Kernel {
         match self {
             Kernel::Avx512Vnni => Some(16),
             Kernel::AvxVnni | Kernel::Avx2 => Some(8),
-            Kernel::Sdot => Some(4),
+            Kernel::I8mm | Kernel::Sdot => Some(4),
             Kernel::Rows => None,
+        }
+    }
+
+    /// Where byte `k` (`0..BLOCK`) of a group's column `lane` sits in its (group, block) tile
+    /// (module docs).
+    pub fn byte_at(self, lane: usize, k: usize) -> usize {
+        let lanes = self.lanes().expect("an outer-product kernel");
+        match self {
+            // Chunk k/8, column pair lane/2, its first or second column, byte k%8.
+            Kernel::I8mm => ((k / 8) * 2 + lane / 2) * 16 + (lane % 2) * 8 + k % 8,
+            // Step k/4: `lanes` columns × 4 bytes; this column's 4 at lane·4.
+            _ => (k / 4) * (lanes * 4) + lane * 4 + k % 4,
         }
     }
 
@@ -223,9 +246,7 @@ impl Packed {
                 let at = (g * blocks + b) * tile;
                 let mut sum = 0i32;
                 for (k, &w) in codes[c * inner..(c + 1) * inner].iter().enumerate().skip(b * BLOCK).take(BLOCK) {
-                    let k = k - b * BLOCK;
-                    // Step k/4 of the block: `lanes` columns × 4 bytes; this column's 4 at lane·4.
-                    packed[at + (k / 4) * (lanes * 4) + lane * 4 + k % 4] = w;
+                    packed[at + kernel.byte_at(lane, k - b * BLOCK)] = w;
                     sum += i32::from(w);
                 }
                 packed_scales[(g * blocks + b) * lanes + lane] = scales[c * blocks + b];
@@ -317,6 +338,9 @@ pub unsafe fn gemm(w: &Packed, x: &Activations, rows: usize, groups: std::ops::R
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above.
         Kernel::Avx2 => unsafe { super::avx2::gemm(w, x, rows, groups, out) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: as above.
+        Kernel::I8mm => unsafe { super::i8mm::gemm(w, x, rows, groups, out) },
         #[cfg(target_arch = "aarch64")]
         // SAFETY: as above.
         Kernel::Sdot => unsafe { super::sdot::gemm(w, x, rows, groups, out) },
@@ -411,6 +435,27 @@ mod tests {
                 assert_eq!(got.codes, codes, "{kernel}: rows {rows} inner {inner}");
             }
         }
+    }
+
+    /// Every layout puts each (column, byte) of a tile in a place of its own, whichever CPU
+    /// runs the test (the kernels themselves are checked where they run).
+    #[test]
+    fn each_layout_fills_its_tile_once() {
+        for kernel in Kernel::ALL.into_iter().filter(|k| k.lanes().is_some()) {
+            let lanes = kernel.lanes().unwrap();
+            let mut seen = vec![false; lanes * BLOCK];
+            for lane in 0..lanes {
+                for k in 0..BLOCK {
+                    let at = kernel.byte_at(lane, k);
+                    assert!(at < seen.len() && !seen[at], "{kernel}: column {lane} byte {k} at {at}");
+                    seen[at] = true;
+                }
+            }
+        }
+        // SMMLA's operand: chunk 0 of pair 0 is column 0's bytes 0..8, then column 1's.
+        assert_eq!(Kernel::I8mm.byte_at(1, 0), 8);
+        assert_eq!(Kernel::I8mm.byte_at(2, 0), 16);
+        assert_eq!(Kernel::I8mm.byte_at(0, 8), 32);
     }
 
     #[test]
