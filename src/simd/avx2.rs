@@ -10,8 +10,8 @@
 //!   once per row and step) times `w` carrying `x`'s sign (VPSIGNB) is at most `2 · 127 · 127`,
 //!   exact; VPMADDWD against ones widens the pairs to 32-bit sums of 4.
 //!
-//! Four rows by one group are kept in registers in the AVX2 form (its extra sign and widening
-//! need room among the 16 ymm registers), four rows by two groups with VPDPBUSD.
+//! Both keep four rows by two groups; in the AVX2 form its extra sign and widening leave no room
+//! among the 16 ymm registers for the float accumulators, which spill once per block.
 
 use std::arch::x86_64::*;
 
@@ -58,29 +58,8 @@ unsafe fn tiles<const VNNI: bool>(
     out: *mut f32,
 ) {
     assert_eq!(w.lanes, GROUP, "weights packed for another kernel");
-    let mut g = groups.start;
-    while g < groups.end {
-        let pair = groups.end - g >= 2;
-        let mut r = 0;
-        while r < rows {
-            let n = (rows - r).min(4);
-            // SAFETY: the caller's guarantees, for rows r..r+n and groups g..g+1 or g..g+2.
-            unsafe {
-                match (n, pair) {
-                    (4, true) => tile::<4, 2, VNNI>(w, x, r, g, out),
-                    (3, true) => tile::<3, 2, VNNI>(w, x, r, g, out),
-                    (2, true) => tile::<2, 2, VNNI>(w, x, r, g, out),
-                    (1, true) => tile::<1, 2, VNNI>(w, x, r, g, out),
-                    (4, false) => tile::<4, 1, VNNI>(w, x, r, g, out),
-                    (3, false) => tile::<3, 1, VNNI>(w, x, r, g, out),
-                    (2, false) => tile::<2, 1, VNNI>(w, x, r, g, out),
-                    _ => tile::<1, 1, VNNI>(w, x, r, g, out),
-                }
-            }
-            r += n;
-        }
-        g += if pair { 2 } else { 1 };
-    }
+    // SAFETY: the caller's guarantees, for each tile's rows and groups.
+    unsafe { super::int8::for_each_tile!(tile, VNNI; w, x, rows, groups, out) }
 }
 
 /// Rows `r0..r0+R` by groups `g0..g0+G`, kept in registers over every block.

@@ -314,6 +314,37 @@ fn quantize_portable(x: &[f32], rows: usize, inner: usize, offset: bool, codes: 
     }
 }
 
+/// Calls `$tile::<R, G>(w, x, r, g, out)` (with any further const arguments after `G`) for every
+/// tile of up to 4 rows by 2 column groups over `rows` × `groups`: the shape each outer-product
+/// kernel keeps in registers (each weight load serves 4 rows, each activation load 2 groups).
+/// Expands inside the calling kernel's `unsafe` block, whose safety comment covers the tiles.
+macro_rules! for_each_tile {
+    ($tile:ident $(, $extra:ident)*; $w:expr, $x:expr, $rows:expr, $groups:expr, $out:expr) => {{
+        let (rows, groups): (usize, std::ops::Range<usize>) = ($rows, $groups);
+        let mut g = groups.start;
+        while g < groups.end {
+            let pair = groups.end - g >= 2;
+            let mut r = 0;
+            while r < rows {
+                let n = (rows - r).min(4);
+                match (n, pair) {
+                    (4, true) => $tile::<4, 2 $(, $extra)*>($w, $x, r, g, $out),
+                    (3, true) => $tile::<3, 2 $(, $extra)*>($w, $x, r, g, $out),
+                    (2, true) => $tile::<2, 2 $(, $extra)*>($w, $x, r, g, $out),
+                    (1, true) => $tile::<1, 2 $(, $extra)*>($w, $x, r, g, $out),
+                    (4, false) => $tile::<4, 1 $(, $extra)*>($w, $x, r, g, $out),
+                    (3, false) => $tile::<3, 1 $(, $extra)*>($w, $x, r, g, $out),
+                    (2, false) => $tile::<2, 1 $(, $extra)*>($w, $x, r, g, $out),
+                    _ => $tile::<1, 1 $(, $extra)*>($w, $x, r, g, $out),
+                }
+                r += n;
+            }
+            g += if pair { 2 } else { 1 };
+        }
+    }};
+}
+pub(super) use for_each_tile;
+
 /// `out[r][c]` for every row and the columns of `groups` (module docs); `out` is `rows × cols`,
 /// row-major.
 ///

@@ -59,29 +59,8 @@ pub unsafe fn idot(a: &[i8], b: &[i8]) -> i32 {
 #[target_feature(enable = "neon,dotprod")]
 pub unsafe fn gemm(w: &Packed, x: &Activations, rows: usize, groups: std::ops::Range<usize>, out: *mut f32) {
     assert_eq!(w.lanes, GROUP, "weights packed for another kernel");
-    let mut g = groups.start;
-    while g < groups.end {
-        let pair = groups.end - g >= 2;
-        let mut r = 0;
-        while r < rows {
-            let n = (rows - r).min(4);
-            // SAFETY: the caller's guarantees, for rows r..r+n and groups g..g+1 or g..g+2.
-            unsafe {
-                match (n, pair) {
-                    (4, true) => tile::<4, 2>(w, x, r, g, out),
-                    (3, true) => tile::<3, 2>(w, x, r, g, out),
-                    (2, true) => tile::<2, 2>(w, x, r, g, out),
-                    (1, true) => tile::<1, 2>(w, x, r, g, out),
-                    (4, false) => tile::<4, 1>(w, x, r, g, out),
-                    (3, false) => tile::<3, 1>(w, x, r, g, out),
-                    (2, false) => tile::<2, 1>(w, x, r, g, out),
-                    _ => tile::<1, 1>(w, x, r, g, out),
-                }
-            }
-            r += n;
-        }
-        g += if pair { 2 } else { 1 };
-    }
+    // SAFETY: the caller's guarantees, for each tile's rows and groups.
+    unsafe { super::int8::for_each_tile!(tile; w, x, rows, groups, out) }
 }
 
 /// `acc += w · x[L]` per lane (SDOT by element).
