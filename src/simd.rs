@@ -7,8 +7,8 @@
 //! on this CPU.
 
 /// Defines `fn $name` that runs `$body` compiled for the widest vector unit the CPU has: on
-/// x86-64, AVX-512 (F and BW, for byte and word arithmetic) or AVX2+FMA when detected at run time; otherwise (and on every other target)
-/// the baseline build. The body is written once; only the instructions chosen differ.
+/// x86-64, AVX-512 (F and BW, for byte and word arithmetic; unless [`avx512`] says no) or
+/// AVX2+FMA when detected at run time; otherwise (and on every other target) the baseline build. The body is written once; only the instructions chosen differ.
 macro_rules! widest {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$meta])*
@@ -25,7 +25,7 @@ macro_rules! widest {
                 unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
                     body($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+                if $crate::simd::avx512() {
                     // SAFETY: the CPU has just been found to support AVX-512F and BW.
                     return unsafe { avx512($($arg),*) };
                 }
@@ -40,6 +40,20 @@ macro_rules! widest {
 }
 
 pub(crate) use widest;
+
+/// Whether [`widest!`] takes AVX-512: the CPU has F and BW, and no 256-bit int8 kernel was forced
+/// with [`int8::FORCE`] (`avx2` or `avx-vnni` make the whole process run its own vector code as
+/// a CPU of that class would, so that its figures can be measured on an AVX-512 machine). Read
+/// once.
+#[cfg(target_arch = "x86_64")]
+pub fn avx512() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && !int8::choice().narrows_to_avx2()
+    })
+}
 
 /// `v` as signed bytes scaled by its largest component, and the scale back.
 pub fn quantize(v: &[f32]) -> (Vec<i8>, f32) {
@@ -391,7 +405,7 @@ widest! {
 pub fn path() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bw") {
+        if avx512() {
             return "x86-64 avx512";
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {

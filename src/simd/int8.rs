@@ -172,6 +172,17 @@ pub struct Choice {
     pub why: String,
     /// [`FORCE`] was set to something this CPU cannot run or no kernel is called: said at start.
     pub problem: Option<String>,
+    /// [`FORCE`] chose the kernel.
+    pub forced: bool,
+}
+
+impl Choice {
+    /// Whether the rest of toolmux's vector code should run as an AVX2 CPU would: a 256-bit
+    /// kernel was forced on a CPU that has AVX-512, so that such a CPU can be timed here whole
+    /// ([`super::avx512`]).
+    pub fn narrows_to_avx2(&self) -> bool {
+        self.forced && matches!(self.kernel, Kernel::Avx2 | Kernel::AvxVnni)
+    }
 }
 
 /// The kernel for this process: [`FORCE`]'s if it names one this CPU runs, else the widest.
@@ -191,6 +202,7 @@ fn choose(forced: Option<&str>) -> Choice {
             kernel: widest,
             why: format!("the widest int8 kernel this CPU runs; {}", measured(widest)),
             problem: None,
+            forced: false,
         };
     };
     let problem = match Kernel::from_name(name) {
@@ -199,6 +211,7 @@ fn choose(forced: Option<&str>) -> Choice {
                 kernel: k,
                 why: format!("forced by {FORCE} (the widest here is {widest}); {}", measured(k)),
                 problem: None,
+                forced: true,
             };
         }
         Some(k) => format!("{FORCE}={name}: this CPU cannot run the {k} kernel; the widest it runs is {widest}"),
@@ -208,6 +221,7 @@ fn choose(forced: Option<&str>) -> Choice {
         kernel: widest,
         why: format!("the widest int8 kernel this CPU runs ({FORCE} ignored)"),
         problem: Some(problem),
+        forced: false,
     }
 }
 
@@ -497,6 +511,11 @@ mod tests {
         let rows = choose(Some("rows"));
         assert_eq!(rows.kernel, Kernel::Rows);
         assert!(rows.why.contains(FORCE), "{}", rows.why);
+        // Only a forced 256-bit kernel narrows the rest of the vector code.
+        assert!(!choose(None).narrows_to_avx2() && !rows.narrows_to_avx2());
+        if Kernel::Avx2.runs_here() {
+            assert!(choose(Some("avx2")).narrows_to_avx2());
+        }
         let bad = choose(Some("avx1024"));
         assert_eq!(bad.kernel, widest);
         assert!(bad.problem.as_deref().is_some_and(|p| p.contains(FORCE) && p.contains("avx2")), "{bad:?}");
