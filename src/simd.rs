@@ -8,7 +8,8 @@
 
 /// Defines `fn $name` that runs `$body` compiled for the widest vector unit the CPU has: on
 /// x86-64, AVX-512 (F and BW, for byte and word arithmetic; unless [`avx512`] says no) or
-/// AVX2+FMA when detected at run time; otherwise (and on every other target) the baseline build. The body is written once; only the instructions chosen differ.
+/// AVX2+FMA when detected at run time; otherwise (and on every other target) the baseline build.
+/// The body is written once; only the instructions chosen differ.
 macro_rules! widest {
     ($(#[$meta:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$meta])*

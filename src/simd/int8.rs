@@ -178,8 +178,8 @@ pub struct Choice {
 
 impl Choice {
     /// Whether the rest of toolmux's vector code should run as an AVX2 CPU would: a 256-bit
-    /// kernel was forced on a CPU that has AVX-512, so that such a CPU can be timed here whole
-    /// ([`super::avx512`]).
+    /// kernel was forced, so that such a CPU can be timed whole on an AVX-512 one
+    /// ([`super::avx512`] then leaves AVX-512 aside).
     pub fn narrows_to_avx2(&self) -> bool {
         self.forced && matches!(self.kernel, Kernel::Avx2 | Kernel::AvxVnni)
     }
