@@ -65,6 +65,8 @@ unsafe fn smmla(acc: int32x4_t, x: int8x16_t, w: int8x16_t) -> int32x4_t {
 unsafe fn tile<const R: usize, const G: usize>(w: &Packed, x: &Activations, r0: usize, g0: usize, out: *mut f32) {
     // Row pairs; the column pairs are 2 per group.
     let pairs = R.div_ceil(2);
+    // The two rows of pair `p`: an odd last row is paired with itself.
+    let rows_of = |p: usize| (r0 + 2 * p, (r0 + 2 * p + 1).min(r0 + R - 1));
     // SAFETY: NEON and I8MM are [`gemm`]'s; the pointer arithmetic is explained where it
     // happens.
     unsafe {
@@ -76,7 +78,7 @@ unsafe fn tile<const R: usize, const G: usize>(w: &Packed, x: &Activations, r0: 
             // Each row pair's block as 4 operands of 8 bytes from each row.
             let mut xv = [[vdupq_n_s8(0); 4]; 2];
             for (p, chunks) in xv.iter_mut().enumerate().take(pairs) {
-                let (ra, rb) = (r0 + 2 * p, (r0 + 2 * p + 1).min(r0 + R - 1));
+                let (ra, rb) = rows_of(p);
                 for half in 0..2 {
                     // `+ 16 <= codes.len()`: inside rows ra's and rb's padded block b.
                     let at = |r: usize| x.codes.as_ptr().add(r * x.stride + b * BLOCK + half * 16).cast::<i8>();
@@ -99,7 +101,7 @@ unsafe fn tile<const R: usize, const G: usize>(w: &Packed, x: &Activations, r0: 
                 }
             }
             for (p, (row_acc, row_sums)) in acc.iter_mut().zip(&sums).enumerate().take(pairs) {
-                let (ra, rb) = (r0 + 2 * p, (r0 + 2 * p + 1).min(r0 + R - 1));
+                let (ra, rb) = rows_of(p);
                 let xs = vcombine_f32(vdup_n_f32(x.scales[ra * blocks + b]), vdup_n_f32(x.scales[rb * blocks + b]));
                 for j in 0..G {
                     // `+ 4 <= scales.len()`: the group's 4 columns.
