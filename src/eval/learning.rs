@@ -36,6 +36,26 @@ struct Set {
     adapted: Vec<Vec<Vec<String>>>,
     /// Each fold's fit, as the guard judged it.
     fits: Vec<Judged>,
+    /// Per query, how many queries of the other half asked for its gold tool (the fewest over
+    /// its gold tools): what learning had to go on for it.
+    taught: Vec<usize>,
+}
+
+/// The columns of the breakdown by [`Set::taught`]: 0, 1, 2, and this many or more.
+const TAUGHT_GROUPS: usize = 4;
+
+/// For each query, how many queries of the other folds name each of its gold tools, the fewest.
+fn taught(queries: &[Replayed]) -> Vec<usize> {
+    let mut asked: Vec<std::collections::HashMap<&str, usize>> = vec![Default::default(); FOLDS];
+    for (i, q) in queries.iter().enumerate() {
+        for g in &q.gold {
+            *asked[i % FOLDS].entry(g.as_str()).or_default() += 1;
+        }
+    }
+    let other = |fold: usize, tool: &str| {
+        (0..FOLDS).filter(|&f| f != fold).map(|f| asked[f].get(tool).copied().unwrap_or(0)).sum()
+    };
+    queries.iter().enumerate().map(|(i, q)| q.gold.iter().map(|g| other(i % FOLDS, g)).min().unwrap_or(0)).collect()
 }
 
 /// The rows that measure the query adapter: (label, ranker, weight of the per-tool bonus,
@@ -194,7 +214,8 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
             }
         }
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        loaded.push(Set { name, queries, rerank, adapted, fits });
+        let taught = taught(&queries);
+        loaded.push(Set { name, queries, rerank, adapted, fits, taught });
     }
     let names: Vec<&str> = loaded.iter().map(|s| s.name.as_str()).collect();
     println!("R@8 / MRR@10, every query ranked by what the other half of its set taught:");
@@ -239,6 +260,42 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
             .collect();
         println!("| {label} | {} |", row.join(" | "));
     }
+    let shipped = grid.iter().position(|&(w, m)| w == learned::WEIGHT && m == learned::MIN_LABELS);
+    for s in &loaded {
+        let groups = |rankings: &[Vec<String>]| -> String {
+            (0..TAUGHT_GROUPS)
+                .map(|g| {
+                    let inside = |i: &usize| s.taught[*i].min(TAUGHT_GROUPS - 1) == g;
+                    let members: Vec<usize> = (0..s.queries.len()).filter(inside).collect();
+                    let (r8, _) = score(members.iter().map(|&i| (rankings[i].clone(), s.queries[i].gold.clone())));
+                    format!("{r8:.1}")
+                })
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
+        let sizes: Vec<String> = (0..TAUGHT_GROUPS)
+            .map(|g| {
+                let n = s.taught.iter().filter(|t| (**t).min(TAUGHT_GROUPS - 1) == g).count();
+                let more = if g == TAUGHT_GROUPS - 1 { "+" } else { "" };
+                format!("{g}{more} (n = {n})")
+            })
+            .collect();
+        println!();
+        println!(
+            "{}: R@8 by how many queries of the other half asked for the query's gold tool (the fewest over its gold tools):",
+            s.name
+        );
+        println!("| ranking | {} |", sizes.join(" | "));
+        println!("|---|{}", "---:|".repeat(TAUGHT_GROUPS));
+        let plain: Vec<Vec<String>> = s.queries.iter().map(|q| q.plain.clone()).collect();
+        println!("| find_tool, nothing learned | {} |", groups(&plain));
+        if let Some(c) = shipped {
+            println!("| learned, per-tool bonus (shipped) | {} |", groups(&s.rerank[c]));
+        }
+        for (r, (label, ..)) in ADAPTER_ROWS.iter().enumerate() {
+            println!("| {label} | {} |", groups(&s.adapted[r]));
+        }
+    }
     println!();
     println!("The adapter's guard, per set and fold (labels fitted / held back, held-back recall@8 plain -> adapted):");
     for s in &loaded {
@@ -256,4 +313,23 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taught_counts_the_other_half_and_takes_the_fewest_gold_tool() {
+        let q = |gold: &[&str]| Replayed {
+            vector: Arc::new(Vec::new()),
+            gold: gold.iter().map(|g| g.to_string()).collect(),
+            plain: Vec::new(),
+        };
+        // Folds alternate: queries 0, 2, 4 are one half; 1, 3, 5 the other.
+        let queries = [q(&["a"]), q(&["a"]), q(&["a", "b"]), q(&["a"]), q(&["b"]), q(&["c"])];
+        // Query 0 (half 0): "a" asked by 1 and 3. Query 1 (half 1): "a" asked by 0 and 2.
+        // Query 2: "a" twice, "b" never in half 1, so 0. Query 5: "c" nowhere else.
+        assert_eq!(taught(&queries), vec![2, 2, 0, 2, 0, 0]);
+    }
 }
