@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use toolmux::catalog::{Catalog, CatalogTool, ToolKey};
 use toolmux::config::PolicyRule;
-use toolmux::config::{BackendConfig, HealthConfig, Mode, Transport};
+use toolmux::config::{BackendConfig, HealthConfig, Transport};
 use toolmux::embed::fake::FakeEmbedder;
 use toolmux::health::Monitor;
 use toolmux::mcp::Gateway;
@@ -75,26 +75,7 @@ fn gateway(rt: &tokio::runtime::Runtime, tools: usize, policy: Arc<dyn Policy>) 
     }
     let store = Arc::new(Store::new(Some(Arc::new(FakeEmbedder { dim: 384 })), None));
     rt.block_on(store.rebuild(catalog(tools, 0)));
-    Gateway::new(Parts {
-        mode: Mode::Optimizer,
-        max_tools: 8,
-        find_tool_description: None,
-        pinned: Vec::new(),
-        answer: Default::default(),
-        integrity: Default::default(),
-        groups: Default::default(),
-        aggregation: Default::default(),
-        store,
-        upstream,
-        health,
-        policy,
-        relay: toolmux::mcp::relay::Hub::new(),
-        notice_window: Duration::ZERO,
-        limits: Default::default(),
-        max_query_chars: toolmux::config::DEFAULT_MAX_QUERY_CHARS,
-        local_caller: toolmux::session::Caller::anonymous(),
-        ct: tokio_util::sync::CancellationToken::new(),
-    })
+    Gateway::new(Parts::optimizer(store, upstream, health, policy))
 }
 
 fn benches(c: &mut Criterion) {

@@ -115,30 +115,17 @@ pub fn synthetic(real: &[Vec<f32>], n: usize, seed: u64) -> Vec<f32> {
 /// drive find_tool through the handler.
 pub fn optimizer_gateway(store: Arc<toolmux::store::Store>) -> Arc<toolmux::mcp::Gateway> {
     let upstream =
-        || Arc::new(toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay), Default::default()));
-    toolmux::mcp::Gateway::new(toolmux::mcp::gateway::Parts {
-        mode: toolmux::config::Mode::Optimizer,
-        max_tools: 8,
-        find_tool_description: None,
-        pinned: Vec::new(),
-        answer: Default::default(),
-        integrity: Default::default(),
-        groups: Default::default(),
-        aggregation: Default::default(),
+        Arc::new(toolmux::upstream::Upstream::new(&[], Arc::new(toolmux::upstream::NoRelay), Default::default()));
+    let health = toolmux::health::Monitor::new(
+        toolmux::config::HealthConfig { interval: std::time::Duration::ZERO, ..Default::default() },
+        &upstream,
+    );
+    toolmux::mcp::Gateway::new(toolmux::mcp::gateway::Parts::optimizer(
         store,
-        upstream: upstream(),
-        health: toolmux::health::Monitor::new(
-            toolmux::config::HealthConfig { interval: std::time::Duration::ZERO, ..Default::default() },
-            &upstream(),
-        ),
-        policy: Arc::new(toolmux::session::AllowAll),
-        relay: toolmux::mcp::relay::Hub::new(),
-        notice_window: std::time::Duration::ZERO,
-        limits: Default::default(),
-        max_query_chars: toolmux::config::DEFAULT_MAX_QUERY_CHARS,
-        local_caller: toolmux::session::Caller::anonymous(),
-        ct: tokio_util::sync::CancellationToken::new(),
-    })
+        upstream,
+        health,
+        Arc::new(toolmux::session::AllowAll),
+    ))
 }
 
 /// Resident memory of this process, in MiB (Linux; 0 elsewhere).

@@ -214,6 +214,8 @@ pub enum AnswerForm {
 }
 
 pub const DEFAULT_MAX_QUERY_CHARS: usize = 2000;
+/// `optimizer.max_tools_to_return` when the configuration does not say.
+pub const DEFAULT_MAX_TOOLS: usize = 8;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HealthConfig {
@@ -557,7 +559,7 @@ impl Validator<'_> {
     }
 
     fn optimizer(&mut self, raw: &mut raw::Optimizer) -> OptimizerConfig {
-        let max = raw.max_tools_to_return.unwrap_or(8);
+        let max = raw.max_tools_to_return.unwrap_or(DEFAULT_MAX_TOOLS as i64);
         if !(1..=50).contains(&max) {
             self.problem("optimizer.max_tools_to_return", format!("{max} is out of range 1..50"));
         }

@@ -72,6 +72,39 @@ pub struct Parts {
     pub ct: CancellationToken,
 }
 
+impl Parts {
+    /// An optimizer gateway over `store`, `upstream`, `health` and `policy`, every other part as
+    /// a configuration that says nothing gives it (notices not debounced): for tests and benches
+    /// that drive the handler without a configuration file.
+    pub fn optimizer(
+        store: Arc<Store>,
+        upstream: Arc<Upstream>,
+        health: Arc<Monitor>,
+        policy: Arc<dyn Policy>,
+    ) -> Self {
+        Self {
+            mode: Mode::Optimizer,
+            max_tools: crate::config::DEFAULT_MAX_TOOLS,
+            find_tool_description: None,
+            pinned: Vec::new(),
+            answer: Default::default(),
+            integrity: Default::default(),
+            groups: Default::default(),
+            aggregation: Default::default(),
+            store,
+            upstream,
+            health,
+            policy,
+            relay: Hub::new(),
+            notice_window: std::time::Duration::ZERO,
+            limits: Default::default(),
+            max_query_chars: crate::config::DEFAULT_MAX_QUERY_CHARS,
+            local_caller: Caller::anonymous(),
+            ct: CancellationToken::new(),
+        }
+    }
+}
+
 pub struct Gateway {
     pub mode: Mode,
     pub max_tools: usize,

@@ -424,24 +424,5 @@ async fn gateway(names: &[String], catalog: Catalog, policy: Arc<dyn Policy>) ->
     }
     let store = Arc::new(toolmux::store::Store::new(None, None));
     store.rebuild(catalog).await;
-    toolmux::mcp::Gateway::new(toolmux::mcp::gateway::Parts {
-        mode: toolmux::config::Mode::Optimizer,
-        max_tools: 8,
-        find_tool_description: None,
-        pinned: Vec::new(),
-        answer: Default::default(),
-        integrity: Default::default(),
-        groups: Default::default(),
-        aggregation: Default::default(),
-        store,
-        upstream,
-        health,
-        policy,
-        relay: toolmux::mcp::relay::Hub::new(),
-        notice_window: std::time::Duration::ZERO,
-        limits: Default::default(),
-        max_query_chars: toolmux::config::DEFAULT_MAX_QUERY_CHARS,
-        local_caller: toolmux::session::Caller::anonymous(),
-        ct: tokio_util::sync::CancellationToken::new(),
-    })
+    toolmux::mcp::Gateway::new(toolmux::mcp::gateway::Parts::optimizer(store, upstream, health, policy))
 }
