@@ -262,23 +262,15 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
     }
     let shipped = grid.iter().position(|&(w, m)| w == learned::WEIGHT && m == learned::MIN_LABELS);
     for s in &loaded {
+        // The queries of each column.
+        let mut members = vec![Vec::new(); TAUGHT_GROUPS];
+        s.taught.iter().enumerate().for_each(|(i, t)| members[(*t).min(TAUGHT_GROUPS - 1)].push(i));
         let groups = |rankings: &[Vec<String>]| -> String {
-            (0..TAUGHT_GROUPS)
-                .map(|g| {
-                    let inside = |i: &usize| s.taught[*i].min(TAUGHT_GROUPS - 1) == g;
-                    let members: Vec<usize> = (0..s.queries.len()).filter(inside).collect();
-                    let (r8, _) = score(members.iter().map(|&i| (rankings[i].clone(), s.queries[i].gold.clone())));
-                    format!("{r8:.1}")
-                })
-                .collect::<Vec<_>>()
-                .join(" | ")
+            let r8 = |m: &Vec<usize>| score(m.iter().map(|&i| (rankings[i].clone(), s.queries[i].gold.clone()))).0;
+            members.iter().map(|m| format!("{:.1}", r8(m))).collect::<Vec<_>>().join(" | ")
         };
-        let sizes: Vec<String> = (0..TAUGHT_GROUPS)
-            .map(|g| {
-                let n = s.taught.iter().filter(|t| (**t).min(TAUGHT_GROUPS - 1) == g).count();
-                let more = if g == TAUGHT_GROUPS - 1 { "+" } else { "" };
-                format!("{g}{more} (n = {n})")
-            })
+        let sizes: Vec<String> = (members.iter().enumerate())
+            .map(|(g, m)| format!("{g}{} (n = {})", if g == TAUGHT_GROUPS - 1 { "+" } else { "" }, m.len()))
             .collect();
         println!();
         println!(
