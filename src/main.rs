@@ -214,6 +214,12 @@ enum Command {
         sets: Vec<PathBuf>,
         #[arg(long)]
         model_dir: Option<PathBuf>,
+        /// Only the families whose label contains this text, e.g. "two vectors".
+        #[arg(long)]
+        family: Option<String>,
+        /// The encoder's arithmetic, as `optimizer.precision`: auto (the gateway's default), f32 or int8.
+        #[arg(long, default_value = "auto", value_parser = parse_precision)]
+        precision: toolmux::config::Precision,
     },
 }
 
@@ -629,8 +635,8 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             toolmux::eval::learning::run(&sets, model_dir.as_deref()).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::EvalStudy { sets, model_dir } => {
-            toolmux::eval::study::run(&sets, model_dir.as_deref()).await?;
+        Command::EvalStudy { sets, model_dir, family, precision } => {
+            toolmux::eval::study::run(&sets, model_dir.as_deref(), family.as_deref(), precision).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Eval { tools, queries, k, out, model_dir, text_form, precision } => {

@@ -39,6 +39,94 @@ pub fn split_identifier(ident: &str) -> Vec<String> {
     words
 }
 
+/// Words that say what a tool does rather than to what (`get`, `create`, `cancel`, …), as tool
+/// names begin with them.
+const ACTION_WORDS: &[&str] = &[
+    "get",
+    "list",
+    "create",
+    "update",
+    "delete",
+    "remove",
+    "add",
+    "set",
+    "search",
+    "find",
+    "run",
+    "fetch",
+    "read",
+    "write",
+    "send",
+    "post",
+    "put",
+    "make",
+    "do",
+    "check",
+    "query",
+    "edit",
+    "modify",
+    "merge",
+    "open",
+    "close",
+    "start",
+    "stop",
+    "cancel",
+    "submit",
+    "upload",
+    "download",
+    "show",
+    "view",
+    "describe",
+    "lookup",
+    "retrieve",
+    "execute",
+    "call",
+    "invoke",
+    "generate",
+    "convert",
+    "compute",
+    "calculate",
+    "count",
+    "move",
+    "copy",
+    "rename",
+    "assign",
+    "approve",
+    "reject",
+    "enable",
+    "disable",
+    "toggle",
+    "manage",
+    "use",
+    "acknowledge",
+    "book",
+    "apply",
+    "archive",
+    "compress",
+    "decompress",
+    "explain",
+    "scan",
+    "extract",
+    "export",
+    "import",
+    "analyze",
+    "analyse",
+    "validate",
+    "sync",
+    "schedule",
+    "publish",
+    "share",
+    "invite",
+    "reply",
+    "forward",
+    "mark",
+];
+
+/// Whether `word` (lower case) is one of the [`ACTION_WORDS`].
+pub fn is_action_word(word: &str) -> bool {
+    ACTION_WORDS.contains(&word)
+}
+
 /// Lower-cased alphanumeric tokens of free text, identifiers inside it split too.
 pub fn words(text: &str) -> Vec<String> {
     text.split(|c: char| c.is_whitespace() || (!c.is_alphanumeric() && c != '_' && c != '-'))
@@ -247,6 +335,14 @@ mod tests {
         );
         t.title = title.map(str::to_string);
         t
+    }
+
+    #[test]
+    fn a_name_begins_with_an_action_word_or_not() {
+        let first = |name: &str| split_identifier(name).into_iter().next().unwrap();
+        assert!(is_action_word(&first("createPullRequest")));
+        assert!(!is_action_word(&first("pull_request_get")));
+        assert!(!is_action_word("new"), "a filler, not an action");
     }
 
     #[test]

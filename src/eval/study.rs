@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::catalog::text::{is_action_word, split_identifier};
 use crate::embed::Embedder;
 use crate::index::bm25::{Bm25Index, terms};
 use crate::index::fusion::{self, Fusion, Normalise};
@@ -33,6 +34,10 @@ struct ArmHits {
 
 struct StudyQuery {
     gold: Vec<u32>,
+    /// The gold tools whose name begins with an action word ([`is_action_word`]), and whether
+    /// the request uses that word: a request in everyday verbs ("look up …" for `get_…`) must
+    /// find its tool about as well as one that says `get`.
+    actions: Vec<(u32, bool)>,
     vector: Vec<f32>,
     /// The vectors of the query and its clauses with literals dropped ([`literals_dropped`]).
     clean: (Vec<f32>, Vec<Vec<f32>>),
@@ -51,6 +56,8 @@ struct StudySet {
     doc_terms: Vec<Vec<String>>,
     /// The same tools indexed by the model under each [`SecondText`] (by its position).
     second: Vec<Arc<Generation>>,
+    /// Per [`SecondText`], each tool's cosine between its second vector and its whole text's.
+    agreement: Vec<Vec<f32>>,
 }
 
 /// A variant: how the arms are merged, and what is done before and after.
@@ -73,6 +80,9 @@ struct Variant {
     /// A second vector per tool: its text, and the weight of its cosine in the dense score
     /// (`(1 − w) · cos(full text) + w · cos(second)`; `None` = the larger of the two).
     second: Option<(SecondText, Option<f32>)>,
+    /// With a weighted second vector: its weight scaled per tool by how far the cosine between
+    /// the tool's two vectors passes this floor (`clamp((a − floor) / (1 − floor), 0, 1)`).
+    gate: Option<f32>,
 }
 
 /// Arm options of the convex fusion beyond find_tool's (depth [`DEPTH`], floor, fixed weight).
@@ -141,6 +151,9 @@ impl std::fmt::Display for Variant {
             Some((text, Some(w))) => write!(f, ", {text:?} vector × {w}")?,
             Some((text, None)) => write!(f, ", max with {text:?} vector")?,
             None => {}
+        }
+        if let Some(floor) = self.gate {
+            write!(f, " past agreement {floor}")?;
         }
         if self.arms != FIND_TOOL_ARMS {
             let ArmOptions { depth, fill, adaptive } = self.arms;
@@ -271,7 +284,15 @@ fn two_vector_hits(set: &StudySet, v: &Variant, vector: &[f32], allow: &AllowLis
         .map(|h| {
             let o = other.get(&h.slot).copied().unwrap_or(h.score);
             let score = match weight {
-                Some(w) => (1.0 - w) * h.score + w * o,
+                Some(w) => {
+                    let g = match v.gate {
+                        Some(floor) => {
+                            ((set.agreement[second][h.slot as usize] - floor) / (1.0 - floor)).clamp(0.0, 1.0)
+                        }
+                        None => 1.0,
+                    };
+                    (1.0 - w * g) * h.score + w * g * o
+                }
                 None => h.score.max(o),
             };
             Hit { slot: h.slot, score }
@@ -339,17 +360,35 @@ fn dense_hits_n(generation: &Generation, q: &[f32], allow: &AllowList, n: usize)
     }
 }
 
-/// Per-query (R@8, MRR@10) of one variant on one set.
-fn score(set: &StudySet, v: &Variant) -> Vec<(f64, f64)> {
+/// One query's figures under one variant.
+#[derive(Debug, Clone)]
+struct QueryScore {
+    r8: f64,
+    mrr10: f64,
+    /// Each of [`StudyQuery::actions`]: whether the request uses the action word, and the
+    /// tool's reciprocal rank (0 past 10).
+    actions: Vec<(bool, f64)>,
+}
+
+/// Per-query figures of one variant on one set.
+fn score(set: &StudySet, v: &Variant) -> Vec<QueryScore> {
     let allow = AllowList::all(set.generation.catalog.len());
     set.queries
         .iter()
         .map(|q| {
-            let ranked: Vec<String> = rank(set, q, v, &allow).iter().map(|s| s.to_string()).collect();
-            let gold: Vec<String> = q.gold.iter().map(|s| s.to_string()).collect();
+            let ranked = rank(set, q, v, &allow);
+            let as_text = |slots: &[u32]| slots.iter().map(|s| s.to_string()).collect::<Vec<_>>();
             let mut m = Metrics::default();
-            m.add(&ranked, &gold);
-            (m.r8 * 100.0, m.mrr10 * 100.0)
+            m.add(&as_text(&ranked), &as_text(&q.gold));
+            let actions = q
+                .actions
+                .iter()
+                .map(|&(slot, said)| {
+                    let rank = ranked.iter().take(10).position(|&s| s == slot);
+                    (said, rank.map_or(0.0, |r| 1.0 / (r + 1) as f64))
+                })
+                .collect();
+            QueryScore { r8: m.r8 * 100.0, mrr10: m.mrr10 * 100.0, actions }
         })
         .collect()
 }
@@ -415,8 +454,16 @@ async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path
         let clauses = c.iter().map(|text| (vectors.next().unwrap_or_default(), terms(text))).collect();
         let clean =
             (vectors.next().unwrap_or_default(), c.iter().map(|_| vectors.next().unwrap_or_default()).collect());
-        let gold = q.gold.iter().filter_map(|g| slot_of(g)).collect();
-        queries.push(StudyQuery { gold, vector, clean, terms: t, whole, clauses });
+        let gold: Vec<u32> = q.gold.iter().filter_map(|g| slot_of(g)).collect();
+        let actions = gold
+            .iter()
+            .filter_map(|&s| {
+                let words = split_identifier(generation.catalog.tools()[s as usize].name());
+                let action = words.into_iter().next().filter(|w| is_action_word(w))?;
+                Some((s, t.contains(&action)))
+            })
+            .collect();
+        queries.push(StudyQuery { gold, actions, vector, clean, terms: t, whole, clauses });
     }
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut second = Vec::new();
@@ -439,13 +486,22 @@ async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path
         c = crate::catalog::Catalog::from_tools(tools);
         second.push(store.rebuild(c).await);
     }
+    let agreement: Vec<Vec<f32>> = second
+        .iter()
+        .map(|g| {
+            let (Some(a), Some(b)) = (&generation.dense, &g.dense) else { return Vec::new() };
+            (0..generation.catalog.len() as u32)
+                .map(|s| a.vector(s).iter().zip(b.vector(s)).map(|(x, y)| x * y).sum())
+                .collect()
+        })
+        .collect();
     let doc_terms = generation
         .catalog
         .tools()
         .iter()
         .map(|t| terms(&crate::catalog::text::keyword_text(&t.text, t.name())))
         .collect();
-    Ok(StudySet { name, generation, keyword, queries, second, doc_terms })
+    Ok(StudySet { name, generation, keyword, queries, second, agreement, doc_terms })
 }
 
 /// No option on: one fusion of the whole request's two arms, find_tool's keyword index before
@@ -458,6 +514,7 @@ const PLAIN: Variant = Variant {
     clean: false,
     arms: FIND_TOOL_ARMS,
     second: None,
+    gate: None,
     expansion: None,
 };
 
@@ -535,6 +592,19 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
             }
         }
     }
+    let mut gated = Vec::new();
+    for fusion in zscore {
+        for weight in [0.3f32, 0.5] {
+            for floor in [0.4f32, 0.5, 0.6, 0.7] {
+                gated.push(Variant {
+                    fusion,
+                    second: Some((SecondText::Name, Some(weight))),
+                    gate: Some(floor),
+                    ..FIND_TOOL
+                });
+            }
+        }
+    }
     let mut keyword_feedback = Vec::new();
     for fusion in zscore {
         for (m, e) in [(1, 5), (3, 5), (3, 10), (5, 10)] {
@@ -558,13 +628,20 @@ fn families() -> Vec<(&'static str, Vec<Variant>)> {
         ("convex z-score + clauses, arm depth, exact fill-in, adaptive weight", arm_options),
         ("convex z-score + clauses, two vectors per tool", two_vectors),
         ("convex z-score + clauses, keyword feedback", keyword_feedback),
+        ("convex z-score + clauses, name vector gated by its agreement", gated),
         ("find_tool now: z-score 0.5, name ×2, clauses max × 0.8", vec![FIND_TOOL]),
     ]
 }
 
-/// Runs the study over the sets (each a folder of `tools.jsonl` + `queries.dev.jsonl`).
-pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let (embedder, store) = super::model_store(model_dir)?;
+/// Runs the study over the sets (each a folder of `tools.jsonl` + `queries.dev.jsonl`), every
+/// family or only those whose label contains `only`, with the encoder in `precision`.
+pub async fn run(
+    sets: &[PathBuf],
+    model_dir: Option<&std::path::Path>,
+    only: Option<&str>,
+    precision: crate::config::Precision,
+) -> anyhow::Result<()> {
+    let (embedder, store) = super::model_store_in(model_dir, precision)?;
     let mut loaded = Vec::new();
     for dir in sets {
         eprintln!("loading {} ...", dir.display());
@@ -573,12 +650,13 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
     let names: Vec<&str> = loaded.iter().map(|s| s.name.as_str()).collect();
     println!("| family | selection | {} |", names.join(" | "));
     println!("|---|---|{}", "---:|".repeat(names.len()));
-    for (family, grid) in families() {
-        // scores[variant][set] = per-query (R@8, MRR@10)
-        let scores: Vec<Vec<Vec<(f64, f64)>>> =
+    let mut actions = Vec::new();
+    for (family, grid) in families().into_iter().filter(|(f, _)| only.is_none_or(|o| f.contains(o))) {
+        // scores[variant][set] = per-query figures
+        let scores: Vec<Vec<Vec<QueryScore>>> =
             grid.iter().map(|v| loaded.iter().map(|s| score(s, v)).collect()).collect();
         let fold_mean = |vi: usize, si: usize, keep: &dyn Fn(usize) -> bool| {
-            mean(scores[vi][si].iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, s)| *s))
+            mean(scores[vi][si].iter().enumerate().filter(|(i, _)| keep(*i)).map(|(_, s)| (s.r8, s.mrr10)))
         };
         // k-fold with one choice for all sets.
         let mut held = vec![Vec::new(); loaded.len()];
@@ -594,16 +672,29 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
                 .unwrap_or(0);
             chosen.push(best);
             for (s, h) in held.iter_mut().enumerate() {
-                h.extend(scores[best][s].iter().enumerate().filter(|(i, _)| i % FOLDS == f).map(|(_, x)| *x));
+                h.extend(scores[best][s].iter().enumerate().filter(|(i, _)| i % FOLDS == f).map(|(_, x)| x.clone()));
             }
         }
         let cells: Vec<String> = held
             .iter()
             .map(|h| {
-                let (r, m) = mean(h.iter().copied());
+                let (r, m) = mean(h.iter().map(|s| (s.r8, s.mrr10)));
                 format!("{r:.2} / {m:.2}")
             })
             .collect();
+        actions.push((
+            family,
+            held.iter()
+                .map(|h| {
+                    let mrr = |said: bool| {
+                        let r: Vec<f64> =
+                            h.iter().flat_map(|s| &s.actions).filter(|a| a.0 == said).map(|a| a.1).collect();
+                        format!("{:.2} (n {})", 100.0 * r.iter().sum::<f64>() / r.len().max(1) as f64, r.len())
+                    };
+                    format!("{} / {}", mrr(true), mrr(false))
+                })
+                .collect::<Vec<_>>(),
+        ));
         chosen.sort_unstable();
         chosen.dedup();
         let picks: Vec<String> = chosen.iter().map(|&i| grid[i].to_string()).collect();
@@ -631,6 +722,17 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
                 .collect();
             println!("| | other set chooses | {} |", cells.join(" | "));
         }
+    }
+    // The same held-out choices, for the tools named with an action word: is one harder to find
+    // when the request says that action another way?
+    println!();
+    println!(
+        "| family | MRR@10 of tools named with an action word, the request using it / another: {} |",
+        names.join(" | ")
+    );
+    println!("|---|{}", "---:|".repeat(names.len()));
+    for (family, cells) in actions {
+        println!("| {family} | {} |", cells.join(" | "));
     }
     Ok(())
 }

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 
 use crate::catalog::CatalogTool;
+use crate::catalog::text::is_action_word;
 
 use super::meta::FIND_TOOL_DESCRIPTION;
 
@@ -22,103 +23,10 @@ const TOPICS_PER_BACKEND: usize = 4;
 const MAX_TOPIC_WORDS: usize = 3;
 const MAX_WORD: usize = 20;
 
-/// Words that say what is done rather than to what: left out of topics.
-const VERBS: &[&str] = &[
-    "get",
-    "list",
-    "create",
-    "update",
-    "delete",
-    "remove",
-    "add",
-    "set",
-    "search",
-    "find",
-    "run",
-    "fetch",
-    "read",
-    "write",
-    "send",
-    "post",
-    "put",
-    "make",
-    "do",
-    "check",
-    "query",
-    "edit",
-    "modify",
-    "merge",
-    "open",
-    "close",
-    "start",
-    "stop",
-    "cancel",
-    "submit",
-    "upload",
-    "download",
-    "show",
-    "view",
-    "describe",
-    "lookup",
-    "retrieve",
-    "execute",
-    "call",
-    "invoke",
-    "generate",
-    "convert",
-    "compute",
-    "calculate",
-    "count",
-    "move",
-    "copy",
-    "rename",
-    "assign",
-    "approve",
-    "reject",
-    "enable",
-    "disable",
-    "toggle",
-    "manage",
-    "use",
-    "acknowledge",
-    "book",
-    "apply",
-    "archive",
-    "compress",
-    "decompress",
-    "explain",
-    "scan",
-    "extract",
-    "export",
-    "import",
-    "analyze",
-    "analyse",
-    "validate",
-    "sync",
-    "schedule",
-    "publish",
-    "share",
-    "invite",
-    "reply",
-    "forward",
-    "mark",
-    "new",
-    "all",
-    "by",
-    "for",
-    "from",
-    "to",
-    "of",
-    "in",
-    "on",
-    "and",
-    "or",
-    "the",
-    "a",
-    "an",
-    "with",
-    "my",
-    "current",
+/// Words that are neither an action nor what it acts on: left out of topics, like the
+/// actions ([`is_action_word`]).
+const FILLERS: &[&str] = &[
+    "new", "all", "by", "for", "from", "to", "of", "in", "on", "and", "or", "the", "a", "an", "with", "my", "current",
     "info",
 ];
 
@@ -181,7 +89,8 @@ fn overview<'a>(tools: impl Iterator<Item = &'a CatalogTool>) -> String {
 /// (`create_pull_request` → "pull request", `listIssues` → "issue").
 fn topic(name: &str) -> Option<String> {
     let words = crate::catalog::text::split_identifier(name);
-    let kept: Vec<String> = words.iter().filter(|w| !VERBS.contains(&w.as_str())).cloned().collect();
+    let kept: Vec<String> =
+        words.iter().filter(|w| !is_action_word(w) && !FILLERS.contains(&w.as_str())).cloned().collect();
     if kept.is_empty() || kept.len() > MAX_TOPIC_WORDS {
         return None;
     }
