@@ -12,7 +12,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::catalog::ToolKey;
 use crate::index::AllowList;
+use crate::store::learned::Learned;
 use crate::store::{Generation, Query, Ranker, Store, Verdict};
 
 use super::{EvalQuery, catalog, read_jsonl};
@@ -119,6 +121,12 @@ pub async fn measure(
     model_dir: Option<&Path>,
 ) -> anyhow::Result<Vec<Row>> {
     let (_, store) = super::model_store(model_dir)?;
+    let loaded = load(&store, sets).await?;
+    measure_loaded(&store, &loaded, multilingual).await
+}
+
+/// Each set's catalog indexed, with its queries.
+async fn load(store: &Store, sets: &[PathBuf]) -> anyhow::Result<Vec<Set>> {
     let mut loaded = Vec::new();
     for dir in sets {
         let generation = store.rebuild(catalog(&dir.join("tools.jsonl"))?).await;
@@ -126,11 +134,15 @@ pub async fn measure(
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         loaded.push(Set { name, generation, queries });
     }
+    Ok(loaded)
+}
+
+async fn measure_loaded(store: &Store, loaded: &[Set], multilingual: Option<&Path>) -> anyhow::Result<Vec<Row>> {
     let mut rows = Vec::new();
-    for set in &loaded {
+    for set in loaded {
         let mut tally = Tally::default();
         for q in &set.queries {
-            tally.add(verdict(&store, &set.generation, &q.query).await);
+            tally.add(verdict(store, &set.generation, &q.query).await);
         }
         rows.push(Row {
             label: format!("{} on its own catalog (answerable)", set.name),
@@ -138,11 +150,11 @@ pub async fn measure(
             tally,
         });
     }
-    for set in &loaded {
+    for set in loaded {
         for other in loaded.iter().filter(|o| o.name != set.name) {
             let mut tally = Tally::default();
             for q in set.queries.iter().filter(|q| !overlaps(&set.generation, &other.generation, q)) {
-                tally.add(verdict(&store, &other.generation, &q.query).await);
+                tally.add(verdict(store, &other.generation, &q.query).await);
             }
             rows.push(Row {
                 label: format!("{} on {}'s catalog (no fit)", set.name, other.name),
@@ -162,7 +174,7 @@ pub async fn measure(
             let mut tally = Tally::default();
             let mut langs: Vec<&str> = Vec::new();
             for q in &queries {
-                tally.add(verdict(&store, &set.generation, &q.query).await);
+                tally.add(verdict(store, &set.generation, &q.query).await);
                 if !langs.contains(&q.lang.as_str()) {
                     langs.push(&q.lang);
                 }
@@ -177,9 +189,122 @@ pub async fn measure(
     Ok(rows)
 }
 
+/// Folds of the replay in [`measure_learning`].
+const FOLDS: usize = 2;
+/// The familiarity thresholds the replay tries.
+const FAMILIAR: [f32; 8] = [0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7];
+
+/// One request of the replay: its verdict from the similarity alone, and how familiar the tool
+/// find_tool put first is (its [`Learned::familiarity`], if its labels count).
+struct Replayed {
+    /// The catalog asked, by its place among the sets, and the fold.
+    set: usize,
+    fold: usize,
+    kind: Kind,
+    verdict: Verdict,
+    familiar: Option<f32>,
+}
+
+async fn ask(store: &Store, set: &Set, text: &str, learned: Option<&Learned>) -> crate::store::SearchResult {
+    let allow = AllowList::all(set.generation.catalog.len());
+    let query = Query { description: text.to_string(), keywords: Vec::new() };
+    store.search_learning(&set.generation, &allow, &query, 8, Ranker::Fused, learned).await
+}
+
+/// The verdicts when learning knows something: each set's queries replayed as in
+/// `eval-learning` (two folds, one half teaching what the other half is then asked, each query a
+/// principal of its own), answerable queries asked of their own catalog and no-fit ones (the
+/// other sets' queries, as in [`measure`], split between the folds) asked of it with what its
+/// teaching half taught.
+async fn measure_learning(store: &Store, dim: usize, loaded: &[Set]) -> anyhow::Result<Vec<Replayed>> {
+    let mut out = Vec::new();
+    for (n, set) in loaded.iter().enumerate() {
+        let mut vectors = Vec::new();
+        for q in &set.queries {
+            let r = ask(store, set, &q.query, None).await;
+            vectors.push(r.vector.ok_or_else(|| anyhow::anyhow!("the model did not embed a query"))?);
+        }
+        let no_fit: Vec<&EvalQuery> = loaded
+            .iter()
+            .filter(|o| o.name != set.name)
+            .flat_map(|o| o.queries.iter().filter(|q| !overlaps(&o.generation, &set.generation, q)))
+            .collect();
+        for fold in 0..FOLDS {
+            let learned = Learned::new(true, dim, None);
+            for (i, q) in set.queries.iter().enumerate().filter(|(i, _)| i % FOLDS != fold) {
+                for g in &q.gold {
+                    learned.record(
+                        &vectors[i],
+                        &ToolKey { backend: "eval".into(), tool: g.as_str().into() },
+                        &i.to_string(),
+                    );
+                }
+            }
+            let asked =
+                set.queries.iter().enumerate().filter(|(i, _)| i % FOLDS == fold).map(|(_, q)| (Kind::Answerable, q));
+            let strangers =
+                no_fit.iter().enumerate().filter(|(i, _)| i % FOLDS == fold).map(|(_, q)| (Kind::NoFit, *q));
+            for (kind, q) in asked.chain(strangers) {
+                let r = ask(store, set, &q.query, Some(&learned)).await;
+                let familiar = match (r.hits.first(), &r.vector) {
+                    _ if crate::catalog::text::mostly_non_latin(&q.query) => None,
+                    (Some(h), Some(v)) => {
+                        learned.familiarity(v, &set.generation.catalog.tools()[h.slot as usize].key).map(|f| f.0)
+                    }
+                    _ => None,
+                };
+                // The verdict from the text alone; the rows below apply each threshold to it.
+                let verdict = Verdict::by_text(&q.query, &r.similarity);
+                out.push(Replayed { set: n, fold, kind, verdict, familiar });
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Replayed {
+    /// The verdict when a first tool at least this familiar counts as a good match.
+    fn upgraded(&self, familiar_at: Option<f32>) -> Verdict {
+        match (familiar_at, self.familiar) {
+            (Some(t), Some(f)) if f >= t => Verdict::Good,
+            _ => self.verdict,
+        }
+    }
+}
+
+/// Per set the answerable verdicts, then all answerable, then all no-fit, each request with the
+/// threshold `at` gives it.
+fn tallies(replayed: &[Replayed], sets: usize, at: impl Fn(&Replayed) -> Option<f32>) -> Vec<Tally> {
+    let mut t = vec![Tally::default(); sets + 2];
+    for r in replayed {
+        let v = r.upgraded(at(r));
+        if r.kind == Kind::Answerable {
+            t[r.set].add(v);
+            t[sets].add(v);
+        } else {
+            t[sets + 1].add(v);
+        }
+    }
+    t
+}
+
+fn print_replay(label: &str, t: &[Tally]) {
+    let (answerable, no_fit) = (&t[..t.len() - 1], &t[t.len() - 1]);
+    let cells: Vec<String> = answerable.iter().map(|a| format!("{:.1} (n {})", a.pct(a.good), a.total())).collect();
+    println!(
+        "| {label} | {} | {:.1} (n {}) | {:.1} |",
+        cells.join(" | "),
+        no_fit.flagged(),
+        no_fit.total(),
+        no_fit.pct(no_fit.none)
+    );
+}
+
 /// `toolmux eval-verdict`: [`measure`], printed as a table with the pooled rows.
 pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Option<&Path>) -> anyhow::Result<()> {
-    let rows = measure(sets, multilingual, model_dir).await?;
+    let (embedder, store) = super::model_store(model_dir)?;
+    let loaded = load(&store, sets).await?;
+    let rows = measure_loaded(&store, &loaded, multilingual).await?;
     println!("| queries | n | good % | weak % | none % | wanted |");
     println!("|---|---:|---:|---:|---:|---|");
     let want = |k: Kind| match k {
@@ -196,5 +321,40 @@ pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Optio
     for r in rows.iter().filter(|r| r.kind == Kind::Translated) {
         r.tally.print(&r.label, want(r.kind));
     }
+    let replayed = measure_learning(&store, embedder.dim(), &loaded).await?;
+    println!();
+    println!(
+        "With learning (each set's queries replayed in two folds): the first tool is a good match when requests \
+         like this one led to it"
+    );
+    let names: Vec<String> = loaded.iter().map(|s| format!("{} answerable good %", s.name)).collect();
+    println!("| familiar at | {} | all answerable good % | no-fit weak + none % | no-fit none % |", names.join(" | "));
+    println!("|---|{}---:|---:|---:|", "---:|".repeat(names.len()));
+    let rows: Vec<Option<f32>> = std::iter::once(None).chain(FAMILIAR.iter().map(|&t| Some(t))).collect();
+    for &theta in &rows {
+        let t = tallies(&replayed, loaded.len(), |_| theta);
+        print_replay(&theta.map_or("never".to_string(), |t| t.to_string()), &t);
+    }
+    // Chosen on one fold (the lowest threshold keeping 90 % of its no-fit requests flagged),
+    // scored on the other.
+    let chosen: Vec<f32> = (0..FOLDS)
+        .map(|fold| {
+            let other: Vec<&Replayed> = replayed.iter().filter(|r| r.fold != fold).collect();
+            FAMILIAR
+                .iter()
+                .copied()
+                .find(|&t| {
+                    let mut no_fit = Tally::default();
+                    other.iter().filter(|r| r.kind == Kind::NoFit).for_each(|r| no_fit.add(r.upgraded(Some(t))));
+                    no_fit.flagged() >= 90.0
+                })
+                .unwrap_or(f32::INFINITY)
+        })
+        .collect();
+    let t = tallies(&replayed, loaded.len(), |r| Some(chosen[r.fold]));
+    let picks: Vec<String> = chosen.iter().map(|c| c.to_string()).collect();
+    print_replay(&format!("chosen by the other fold ({})", picks.join(", ")), &t);
+    let t = tallies(&replayed, loaded.len(), |_| Some(crate::store::learned::FAMILIAR));
+    print_replay(&format!("**find_tool now ({})**", crate::store::learned::FAMILIAR), &t);
     Ok(())
 }

@@ -101,6 +101,16 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The verdict from the text alone: `none` for a request mostly in a script the model does
+    /// not read, else by the best of the returned tools' cosines.
+    pub fn by_text(request: &str, similarity: &[f32]) -> Self {
+        if mostly_non_latin(request) {
+            Verdict::None
+        } else {
+            Verdict::of_similarity(similarity.iter().copied().fold(f32::MIN, f32::max))
+        }
+    }
+
     fn of_similarity(best: f32) -> Self {
         if best < NONE_BELOW {
             Verdict::None
@@ -625,10 +635,16 @@ impl Store {
         let parts = hits.iter().map(|h| best[&h.slot]).collect();
         let similarity: Vec<f32> =
             hits.iter().map(|h| vectors.iter().map(|q| dense.similarity(q, h.slot)).fold(f32::MIN, f32::max)).collect();
-        let verdict = if mostly_non_latin(&query.description) {
-            Verdict::None
-        } else {
-            Verdict::of_similarity(similarity.iter().copied().fold(f32::MIN, f32::max))
+        // Requests like this one led to the first tool: it fits, however its text reads (a
+        // request the model cannot read stays `none`).
+        let familiar = |first: &Hit| {
+            learned
+                .filter(|l| l.active())
+                .and_then(|l| l.familiarity(&vectors[0], &generation.catalog.tools()[first.slot as usize].key))
+        };
+        let verdict = match hits.first().and_then(familiar) {
+            Some((cos, _)) if cos >= learned::FAMILIAR && !mostly_non_latin(&query.description) => Verdict::Good,
+            _ => Verdict::by_text(&query.description, &similarity),
         };
         let mode = if ranker == Ranker::DenseOnly { SearchMode::Dense } else { SearchMode::Hybrid };
         let vector = vectors.into_iter().next();

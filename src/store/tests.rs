@@ -152,3 +152,45 @@ async fn keywords_feed_the_keyword_arm() {
     let r = store.search(&g, &AllowList::all(4), &q, 8, Ranker::Fused).await;
     assert_eq!(names(&g, &r.hits), vec!["demo_send_message"]);
 }
+
+#[tokio::test]
+async fn a_first_tool_that_requests_like_this_one_led_to_is_a_good_match() {
+    let fake = Arc::new(FakeEmbedder::default());
+    let store = Store::new(Some(fake.clone()), None);
+    let g = store.rebuild(catalog()).await;
+    let all = AllowList::all(g.catalog.len());
+    let ask = |text: &str| Query { description: text.into(), keywords: vec![] };
+    let send = g.catalog.tools()[g.catalog.position("demo_send_message").unwrap()].key.clone();
+    let echo = g.catalog.tools()[g.catalog.position("demo_echo").unwrap()].key.clone();
+    // No word of the request is in any tool's text: by the text alone nothing fits.
+    let request = "hand over tonight's rota";
+    let plain = store.search_learning(&g, &all, &ask(request), 4, Ranker::Fused, None).await;
+    assert_eq!(plain.verdict, Verdict::None, "{:?}", plain.similarity);
+
+    // Twenty principals were served by send_message after this request: it fits.
+    let many = learned::Learned::new(true, fake.dim, None);
+    (0..20).for_each(|p| many.record(&fake.vector(request), &send, &format!("p{p}")));
+    let r = store.search_learning(&g, &all, &ask(request), 4, Ranker::Fused, Some(&many)).await;
+    assert_eq!(names(&g, &r.hits)[0], "demo_send_message");
+    assert_eq!(r.verdict, Verdict::Good);
+    // A request unlike those keeps the verdict its text gives.
+    let other =
+        store.search_learning(&g, &all, &ask("compile the quarterly ledger"), 4, Ranker::Fused, Some(&many)).await;
+    assert_ne!(other.verdict, Verdict::Good, "{:?}", names(&g, &other.hits));
+
+    // One principal's labels do not count, however many: the store is active (twenty labels,
+    // the others on another tool), but the verdict is the text's.
+    let one = learned::Learned::new(true, fake.dim, None);
+    (0..4).for_each(|_| one.record(&fake.vector(request), &send, "mallory"));
+    (0..16).for_each(|p| one.record(&fake.vector("repeat these words back"), &echo, &format!("p{p}")));
+    assert!(one.active());
+    let r = store.search_learning(&g, &all, &ask(request), 4, Ranker::Fused, Some(&one)).await;
+    assert_eq!(r.verdict, Verdict::None, "{:?}", names(&g, &r.hits));
+
+    // A request in a script the model does not read stays `none`, familiar or not.
+    let foreign = "今晚的值班表交给我";
+    let taught = learned::Learned::new(true, fake.dim, None);
+    (0..20).for_each(|p| taught.record(&fake.vector(foreign), &send, &format!("p{p}")));
+    let r = store.search_learning(&g, &all, &ask(foreign), 4, Ranker::Fused, Some(&taught)).await;
+    assert_eq!(r.verdict, Verdict::None);
+}

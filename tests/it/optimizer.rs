@@ -312,6 +312,47 @@ async fn find_tool_learns_from_calls_that_follow_it() {
     assert_eq!(ranked(call(&c, "find_tool", request).await)[0], target, "alice still gets it first");
 }
 
+/// A request whose words match no tool's text well is `match: none` or `weak`; once principals
+/// were served by a tool after asking it, that tool comes first and the answer says `good`, for
+/// a caller who never taught anything; a caller denied the tool is not told `good` about it.
+#[tokio::test]
+async fn find_tool_calls_a_match_good_once_requests_like_it_were_served() {
+    let served = http_backend("monitoring").await;
+    let teachers: Vec<String> = (0..20).map(|i| format!("teacher{i}")).collect();
+    let mut tokens = vec!["alice", "bob"];
+    tokens.extend(teachers.iter().map(String::as_str));
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\nmax_sessions = 100\n{}\
+         [[policy]]\nprincipals = [\"*\"]\nbackends = [\"*\"]\n\
+         [[policy]]\nprincipals = [\"bob\"]\nbackends = [\"monitoring\"]\ntools = [\"list_on_call\"]\neffect = \"deny\"\n{}",
+        bearer_tokens(&tokens),
+        http_backend_toml("monitoring", &served.url),
+    );
+    let app = gateway(&toml, EmbedderChoice::Given(model())).await;
+    let request = json!({"tool_description": "wake up whoever is on duty"});
+    let verdict = |r: &rmcp::model::CallToolResult| r.structured_content.as_ref().unwrap()["match"].clone();
+    let (alice, _) = client_with_auth(&app, Some("alice")).await;
+    let before = call(&alice, "find_tool", request.clone()).await;
+    println!("before: {} {:?}", verdict(&before), found(&before));
+    assert_ne!(verdict(&before), "good", "the text alone does not say it fits");
+    for t in &teachers {
+        let (c, _) = client_with_auth(&app, Some(t)).await;
+        call(&c, "find_tool", request.clone()).await;
+        let r = call(&c, "call_tool", json!({"tool_name": "monitoring_list_on_call", "parameters": {}})).await;
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+        c.cancel().await.unwrap();
+    }
+    let after = call(&alice, "find_tool", request.clone()).await;
+    println!("after: {} {:?}", verdict(&after), found(&after));
+    assert_eq!(found(&after)[0], "monitoring_list_on_call");
+    assert_eq!(verdict(&after), "good");
+    assert!(after.structured_content.as_ref().unwrap().get("note").is_none(), "a good match needs no note");
+    let (bob, _) = client_with_auth(&app, Some("bob")).await;
+    let denied = call(&bob, "find_tool", request).await;
+    assert!(!found(&denied).contains(&"monitoring_list_on_call".to_string()));
+    assert_ne!(verdict(&denied), "good", "what others were served by and bob may not use says nothing to him");
+}
+
 /// The query adapter (real model): labels of one principal alone fit nothing and move no one's
 /// ranking; once tools have labels from many principals the gateway fits an adapter in the
 /// background, judges it on held-back labels, says in /status and /metrics what it decided, and

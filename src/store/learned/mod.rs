@@ -68,6 +68,12 @@ pub const PRINCIPAL_SHARE: f32 = 0.1;
 /// those that need two labels (docs/search.md).
 pub const WEIGHT: f32 = 2.0;
 
+/// A first tool at least this [`Learned::familiarity`] away from the request is a good match,
+/// whatever the cosine to its text says: requests like this one led to it, from two principals
+/// or more. Chosen with `toolmux eval-verdict`'s replay as the lowest threshold that keeps 90 %
+/// of the no-fit requests flagged, on each fold (docs/search.md).
+pub const FAMILIAR: f32 = 0.45;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Entry {
     /// Sum of the labels' unit request vectors (scaled down once past [`MAX_WEIGHT`]).
@@ -538,19 +544,25 @@ impl Learned {
         self.dirty.store(true, Ordering::Relaxed);
     }
 
-    /// The bonus for `tool` given the request's unit vector: 0 until it counts.
-    pub fn bonus(&self, vector: &[f32], tool: &ToolKey) -> f32 {
+    /// How like the requests that led to `tool` this request is: the cosine between its unit
+    /// vector and the mean of theirs, with how many principals they came from; `None` until
+    /// the tool's labels count (enough labels, from [`MIN_PRINCIPALS`] principals or more).
+    pub fn familiarity(&self, vector: &[f32], tool: &ToolKey) -> Option<(f32, usize)> {
         let tools = self.tools.read().expect("learned lock");
-        let Some(e) = tools.get(tool).filter(|e| e.count >= self.min_labels && e.by.len() >= MIN_PRINCIPALS) else {
-            return 0.0;
-        };
+        let e = tools.get(tool).filter(|e| e.count >= self.min_labels && e.by.len() >= MIN_PRINCIPALS)?;
         let norm = e.sum.iter().map(|x| x * x).sum::<f32>().sqrt();
         if norm == 0.0 {
-            return 0.0;
+            return None;
         }
         let cos = e.sum.iter().zip(vector).map(|(a, b)| a * b).sum::<f32>() / norm;
+        Some((cos, e.by.len().min(e.count as usize)))
+    }
+
+    /// The bonus for `tool` given the request's unit vector: 0 until it counts.
+    pub fn bonus(&self, vector: &[f32], tool: &ToolKey) -> f32 {
+        let Some((cos, principals)) = self.familiarity(vector, tool) else { return 0.0 };
         // Confidence in principals, not labels: many sessions of one caller add nothing.
-        let principals = e.by.len().min(e.count as usize) as f32;
+        let principals = principals as f32;
         let confidence = principals / (principals + self.min_labels as f32);
         self.weight * confidence * cos
     }
