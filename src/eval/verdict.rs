@@ -193,17 +193,33 @@ async fn measure_loaded(store: &Store, loaded: &[Set], multilingual: Option<&Pat
 const FOLDS: usize = 2;
 /// The familiarity thresholds the replay tries.
 const FAMILIAR: [f32; 8] = [0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7];
+/// The cosines below which the replay tries calling a request `none`.
+const NONE_BELOW: [f32; 6] = [0.28, 0.3, 0.32, 0.34, 0.36, 0.38];
 
-/// One request of the replay: its verdict from the similarity alone, and how familiar the tool
-/// find_tool put first is (its [`Learned::familiarity`], if its labels count).
+/// One request of the replay: what its verdict is made of.
 struct Replayed {
     /// The catalog asked, by its place among the sets, and the fold.
     set: usize,
     fold: usize,
     kind: Kind,
-    verdict: Verdict,
+    /// The best cosine of the tools returned, and whether the model reads the request's script.
+    best: f32,
+    readable: bool,
+    /// How familiar the tool find_tool put first is ([`Learned::familiarity`]), if its labels
+    /// count.
     familiar: Option<f32>,
 }
+
+/// The thresholds of a verdict: a first tool at least `familiar` is a good match (never if
+/// `None`), and a best cosine under `none_below` is `none`.
+#[derive(Clone, Copy)]
+struct Thresholds {
+    familiar: Option<f32>,
+    none_below: f32,
+}
+
+const SHIPPED: Thresholds =
+    Thresholds { familiar: Some(crate::store::learned::FAMILIAR), none_below: crate::store::NONE_BELOW };
 
 async fn ask(store: &Store, set: &Set, text: &str, learned: Option<&Learned>) -> crate::store::SearchResult {
     let allow = AllowList::all(set.generation.catalog.len());
@@ -247,15 +263,14 @@ async fn measure_learning(store: &Store, dim: usize, loaded: &[Set]) -> anyhow::
             for (kind, q) in asked.chain(strangers) {
                 let r = ask(store, set, &q.query, Some(&learned)).await;
                 let familiar = match (r.hits.first(), &r.vector) {
-                    _ if crate::catalog::text::mostly_non_latin(&q.query) => None,
                     (Some(h), Some(v)) => {
                         learned.familiarity(v, &set.generation.catalog.tools()[h.slot as usize].key).map(|f| f.0)
                     }
                     _ => None,
                 };
-                // The verdict from the text alone; the rows below apply each threshold to it.
-                let verdict = Verdict::by_text(&q.query, &r.similarity);
-                out.push(Replayed { set: n, fold, kind, verdict, familiar });
+                let best = r.similarity.iter().copied().fold(f32::MIN, f32::max);
+                let readable = !crate::catalog::text::mostly_non_latin(&q.query);
+                out.push(Replayed { set: n, fold, kind, best, readable, familiar });
             }
         }
     }
@@ -263,21 +278,22 @@ async fn measure_learning(store: &Store, dim: usize, loaded: &[Set]) -> anyhow::
 }
 
 impl Replayed {
-    /// The verdict when a first tool at least this familiar counts as a good match.
-    fn upgraded(&self, familiar_at: Option<f32>) -> Verdict {
-        match (familiar_at, self.familiar) {
+    /// The verdict under `at`, as [`Store::search_learning`] gives it.
+    fn verdict(&self, at: Thresholds) -> Verdict {
+        match (at.familiar, self.familiar) {
+            _ if !self.readable => Verdict::None,
             (Some(t), Some(f)) if f >= t => Verdict::Good,
-            _ => self.verdict,
+            _ => Verdict::of_cosine(self.best, at.none_below),
         }
     }
 }
 
 /// Per set the answerable verdicts, then all answerable, then all no-fit, each request with the
-/// threshold `at` gives it.
-fn tallies(replayed: &[Replayed], sets: usize, at: impl Fn(&Replayed) -> Option<f32>) -> Vec<Tally> {
+/// thresholds `at` gives it.
+fn tallies(replayed: &[Replayed], sets: usize, at: impl Fn(&Replayed) -> Thresholds) -> Vec<Tally> {
     let mut t = vec![Tally::default(); sets + 2];
     for r in replayed {
-        let v = r.upgraded(at(r));
+        let v = r.verdict(at(r));
         if r.kind == Kind::Answerable {
             t[r.set].add(v);
             t[sets].add(v);
@@ -288,9 +304,15 @@ fn tallies(replayed: &[Replayed], sets: usize, at: impl Fn(&Replayed) -> Option<
     t
 }
 
-fn print_replay(label: &str, t: &[Tally]) {
+/// One row: each answerable tally's share of `verdict`, then the no-fit figures.
+fn print_replay(label: &str, t: &[Tally], verdict: Verdict) {
     let (answerable, no_fit) = (&t[..t.len() - 1], &t[t.len() - 1]);
-    let cells: Vec<String> = answerable.iter().map(|a| format!("{:.1} (n {})", a.pct(a.good), a.total())).collect();
+    let share = |a: &Tally| match verdict {
+        Verdict::Good => a.pct(a.good),
+        Verdict::Weak => a.pct(a.weak),
+        Verdict::None => a.pct(a.none),
+    };
+    let cells: Vec<String> = answerable.iter().map(|a| format!("{:.1} (n {})", share(a), a.total())).collect();
     println!(
         "| {label} | {} | {:.1} (n {}) | {:.1} |",
         cells.join(" | "),
@@ -298,6 +320,15 @@ fn print_replay(label: &str, t: &[Tally]) {
         no_fit.total(),
         no_fit.pct(no_fit.none)
     );
+}
+
+/// The replay of [`measure_learning`] at find_tool's thresholds: per set its answerable
+/// requests, then all answerable, then all no-fit.
+pub async fn replay(sets: &[PathBuf], model_dir: Option<&Path>) -> anyhow::Result<Vec<Tally>> {
+    let (embedder, store) = super::model_store(model_dir)?;
+    let loaded = load(&store, sets).await?;
+    let replayed = measure_learning(&store, embedder.dim(), &loaded).await?;
+    Ok(tallies(&replayed, loaded.len(), |_| SHIPPED))
 }
 
 /// `toolmux eval-verdict`: [`measure`], printed as a table with the pooled rows.
@@ -308,8 +339,8 @@ pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Optio
     println!("| queries | n | good % | weak % | none % | wanted |");
     println!("|---|---:|---:|---:|---:|---|");
     let want = |k: Kind| match k {
-        Kind::Answerable => "good ≥ 95 %",
-        Kind::NoFit => "weak + none ≥ 90 %",
+        Kind::Answerable => "good ≥ 90 %",
+        Kind::NoFit => "weak + none ≥ 90 %, none ≥ 50 %",
         Kind::Translated => "weak + none",
     };
     for r in rows.iter().filter(|r| r.kind != Kind::Translated) {
@@ -322,39 +353,65 @@ pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Optio
         r.tally.print(&r.label, want(r.kind));
     }
     let replayed = measure_learning(&store, embedder.dim(), &loaded).await?;
+    // Chosen on one fold, scored on the other: the first threshold of `grid` whose verdicts on
+    // the other fold's no-fit requests pass `wanted`.
+    let chosen = |grid: &[f32], at: &dyn Fn(f32) -> Thresholds, wanted: &dyn Fn(&Tally) -> bool| -> Vec<f32> {
+        (0..FOLDS)
+            .map(|fold| {
+                let found = grid.iter().copied().find(|&x| {
+                    let mut no_fit = Tally::default();
+                    replayed
+                        .iter()
+                        .filter(|r| r.fold != fold && r.kind == Kind::NoFit)
+                        .for_each(|r| no_fit.add(r.verdict(at(x))));
+                    wanted(&no_fit)
+                });
+                found.unwrap_or(f32::INFINITY)
+            })
+            .collect()
+    };
+    let listed = |c: &[f32]| c.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
     println!();
     println!(
         "With learning (each set's queries replayed in two folds): the first tool is a good match when requests \
          like this one led to it"
     );
-    let names: Vec<String> = loaded.iter().map(|s| format!("{} answerable good %", s.name)).collect();
-    println!("| familiar at | {} | all answerable good % | no-fit weak + none % | no-fit none % |", names.join(" | "));
-    println!("|---|{}---:|---:|---:|", "---:|".repeat(names.len()));
-    let rows: Vec<Option<f32>> = std::iter::once(None).chain(FAMILIAR.iter().map(|&t| Some(t))).collect();
-    for &theta in &rows {
-        let t = tallies(&replayed, loaded.len(), |_| theta);
-        print_replay(&theta.map_or("never".to_string(), |t| t.to_string()), &t);
+    let names = |what: &str| loaded.iter().map(|s| format!("{} answerable {what} %", s.name)).collect::<Vec<_>>();
+    let header = |first: &str, what: &str| {
+        println!(
+            "| {first} | {} | all answerable {what} % | no-fit weak + none % | no-fit none % |",
+            names(what).join(" | ")
+        );
+        println!("|---|{}---:|---:|---:|", "---:|".repeat(loaded.len()));
+    };
+    header("familiar at", "good");
+    let with_familiar = |f: Option<f32>| Thresholds { familiar: f, ..SHIPPED };
+    for f in std::iter::once(None).chain(FAMILIAR.iter().map(|&t| Some(t))) {
+        let t = tallies(&replayed, loaded.len(), |_| with_familiar(f));
+        print_replay(&f.map_or("never".to_string(), |t| t.to_string()), &t, Verdict::Good);
     }
-    // Chosen on one fold (the lowest threshold keeping 90 % of its no-fit requests flagged),
-    // scored on the other.
-    let chosen: Vec<f32> = (0..FOLDS)
-        .map(|fold| {
-            let other: Vec<&Replayed> = replayed.iter().filter(|r| r.fold != fold).collect();
-            FAMILIAR
-                .iter()
-                .copied()
-                .find(|&t| {
-                    let mut no_fit = Tally::default();
-                    other.iter().filter(|r| r.kind == Kind::NoFit).for_each(|r| no_fit.add(r.upgraded(Some(t))));
-                    no_fit.flagged() >= 90.0
-                })
-                .unwrap_or(f32::INFINITY)
-        })
-        .collect();
-    let t = tallies(&replayed, loaded.len(), |r| Some(chosen[r.fold]));
-    let picks: Vec<String> = chosen.iter().map(|c| c.to_string()).collect();
-    print_replay(&format!("chosen by the other fold ({})", picks.join(", ")), &t);
-    let t = tallies(&replayed, loaded.len(), |_| Some(crate::store::learned::FAMILIAR));
-    print_replay(&format!("**find_tool now ({})**", crate::store::learned::FAMILIAR), &t);
+    // The lowest that keeps 90 % of the no-fit requests flagged.
+    let picks = chosen(&FAMILIAR, &|f| with_familiar(Some(f)), &|t| t.flagged() >= 90.0);
+    let t = tallies(&replayed, loaded.len(), |r| with_familiar(Some(picks[r.fold])));
+    print_replay(&format!("chosen by the other fold ({})", listed(&picks)), &t, Verdict::Good);
+    let t = tallies(&replayed, loaded.len(), |_| SHIPPED);
+    print_replay(&format!("**find_tool now ({})**", crate::store::learned::FAMILIAR), &t, Verdict::Good);
+
+    println!();
+    println!(
+        "The same replay, with the first tool familiar at {}: where `none` begins",
+        crate::store::learned::FAMILIAR
+    );
+    header("none below", "none");
+    let with_none = |none_below: f32| Thresholds { none_below, ..SHIPPED };
+    for nb in NONE_BELOW {
+        print_replay(&nb.to_string(), &tallies(&replayed, loaded.len(), |_| with_none(nb)), Verdict::None);
+    }
+    // The lowest that calls half the no-fit requests `none`.
+    let picks = chosen(&NONE_BELOW, &with_none, &|t| t.pct(t.none) >= 50.0);
+    let t = tallies(&replayed, loaded.len(), |r| with_none(picks[r.fold]));
+    print_replay(&format!("chosen by the other fold ({})", listed(&picks)), &t, Verdict::None);
+    let t = tallies(&replayed, loaded.len(), |_| SHIPPED);
+    print_replay(&format!("**find_tool now ({})**", crate::store::NONE_BELOW), &t, Verdict::None);
     Ok(())
 }

@@ -86,7 +86,7 @@ const MAX_CLAUSES: usize = 4;
 /// Calibrated with `toolmux eval-verdict` on the dev sets and a no-fit set built from them
 /// (docs/search.md): below [`WEAK_BELOW`] is "weak", below [`NONE_BELOW`] is "none".
 pub const WEAK_BELOW: f32 = 0.44;
-pub const NONE_BELOW: f32 = 0.28;
+pub const NONE_BELOW: f32 = 0.32;
 
 /// find_tool's overall verdict on a result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -112,7 +112,13 @@ impl Verdict {
     }
 
     fn of_similarity(best: f32) -> Self {
-        if best < NONE_BELOW {
+        Verdict::of_cosine(best, NONE_BELOW)
+    }
+
+    /// The verdict of a best cosine `best`, with `none` below `none_below` (find_tool's is
+    /// [`NONE_BELOW`]; `toolmux eval-verdict` tries others).
+    pub fn of_cosine(best: f32, none_below: f32) -> Self {
+        if best < none_below {
             Verdict::None
         } else if best < WEAK_BELOW {
             Verdict::Weak
