@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs redis-server if it is not on PATH (Debian's package, or Homebrew's on a Mac): the
-# replica tests (tests/it/replicas.rs) and the session-store benchmark (benches/replicas.rs)
+# replica tests (tests/it/replicas/) and the session-store benchmark (benches/replicas.rs)
 # start their own on 127.0.0.1 at a free port. Runs as root, or with sudo available, for apt-get;
 # does nothing when installed.
 set -euo pipefail
