@@ -263,7 +263,7 @@ async fn measure_learning(store: &Store, dim: usize, loaded: &[Set]) -> anyhow::
             for (kind, q) in asked.chain(strangers) {
                 let r = ask(store, set, &q.query, Some(&learned)).await;
                 let familiar = match (r.hits.first(), &r.vector) {
-                    (Some(h), Some(v)) => {
+                    (Some(h), Some(v)) if learned.active() => {
                         learned.familiarity(v, &set.generation.catalog.tools()[h.slot as usize].key).map(|f| f.0)
                     }
                     _ => None,

@@ -107,12 +107,8 @@ impl Verdict {
         if mostly_non_latin(request) {
             Verdict::None
         } else {
-            Verdict::of_similarity(similarity.iter().copied().fold(f32::MIN, f32::max))
+            Verdict::of_cosine(similarity.iter().copied().fold(f32::MIN, f32::max), NONE_BELOW)
         }
-    }
-
-    fn of_similarity(best: f32) -> Self {
-        Verdict::of_cosine(best, NONE_BELOW)
     }
 
     /// The verdict of a best cosine `best`, with `none` below `none_below` (find_tool's is

@@ -68,7 +68,7 @@ pub const PRINCIPAL_SHARE: f32 = 0.1;
 /// those that need two labels (docs/search.md).
 pub const WEIGHT: f32 = 2.0;
 
-/// A first tool at least this [`Learned::familiarity`] away from the request is a good match,
+/// A first tool whose [`Learned::familiarity`] to the request is at least this is a good match,
 /// whatever the cosine to its text says: requests like this one led to it, from two principals
 /// or more. Chosen with `toolmux eval-verdict`'s replay as the lowest threshold that keeps 90 %
 /// of the no-fit requests flagged, on each fold (docs/search.md).
