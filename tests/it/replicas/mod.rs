@@ -84,6 +84,16 @@ impl ConformanceBackend {
     }
 }
 
+/// A Redis, the backends, and two passthrough replicas of one configuration over them (the
+/// backends must outlive the replicas: keep them).
+async fn two_replicas() -> (Redis, Backends, Served, Served) {
+    let redis = Redis::start().await;
+    let backends = Backends::start().await;
+    let config = backends.config("passthrough", &redis, "");
+    let (a, b) = (Served::start(&config).await, Served::start(&config).await);
+    (redis, backends, a, b)
+}
+
 /// One tool call in `mode` through a session: the backend tool directly (passthrough), or
 /// find_tool then call_tool with the name it found (optimizer).
 async fn use_tools(c: &rmcp::service::RunningService<rmcp::service::RoleClient, Recorder>, mode: &str, input: &str) {
@@ -211,11 +221,7 @@ async fn a_stored_session_is_its_principals_alone_and_ends_everywhere() {
 /// Redis restarted empty: every replica writes its sessions through, and they move again.
 #[tokio::test]
 async fn a_store_outage_costs_only_moves_between_replicas() {
-    let mut redis = Redis::start().await;
-    let backends = Backends::start().await;
-    let config = backends.config("passthrough", &redis, "");
-    let a = Served::start(&config).await;
-    let b = Served::start(&config).await;
+    let (mut redis, _backends, a, b) = two_replicas().await;
     let before = RawSession::open_url(&a.url).await;
     before.call("kit_remember", json!({"value": "kept"})).await;
 
@@ -256,11 +262,7 @@ async fn a_store_outage_costs_only_moves_between_replicas() {
 /// checked is loose, for a loaded machine); a held session does not wait for Redis at all.
 #[tokio::test]
 async fn a_slow_store_costs_a_request_at_most_its_timeout() {
-    let redis = Redis::start().await;
-    let backends = Backends::start().await;
-    let config = backends.config("passthrough", &redis, "");
-    let a = Served::start(&config).await;
-    let b = Served::start(&config).await;
+    let (redis, _backends, a, b) = two_replicas().await;
     let s = RawSession::open_url(&a.url).await;
 
     let client = redis.client();
@@ -640,11 +642,7 @@ async fn a_write_through_keeps_another_replicas_newer_changes() {
 /// docs/operations.md states (5 s), though no request reaches that replica meanwhile.
 #[tokio::test]
 async fn a_session_ended_on_one_replica_ends_on_an_idle_one_within_the_bound() {
-    let redis = Redis::start().await;
-    let backends = Backends::start().await;
-    let config = backends.config("passthrough", &redis, "");
-    let a = Served::start(&config).await;
-    let b = Served::start(&config).await;
+    let (_redis, _backends, a, b) = two_replicas().await;
     let s = RawSession::open_url(&a.url).await;
     s.call("echo_echo", json!({"input": "hi"})).await;
     let live = |st: Value| st["sessions"]["live"].as_u64().unwrap_or(u64::MAX);
