@@ -122,6 +122,10 @@ enum Command {
         multilingual: Option<PathBuf>,
         #[arg(long)]
         model_dir: Option<PathBuf>,
+        /// Keys the replay's adapter fits (which requests the guard holds back, the order it
+        /// fits in); another key shows how much the figures owe to it.
+        #[arg(long, default_value_t = toolmux::eval::SALT)]
+        salt: u64,
     },
     /// What learning from use does to find_tool's ranking: each set's dev queries replayed as
     /// traffic, half teaching and half ranked (docs/search.md).
@@ -131,6 +135,9 @@ enum Command {
         sets: Vec<PathBuf>,
         #[arg(long)]
         model_dir: Option<PathBuf>,
+        /// Keys the adapter's fits, as for eval-verdict.
+        #[arg(long, default_value_t = toolmux::eval::SALT)]
+        salt: u64,
     },
     /// Bring the MCP servers an agent host already runs (Claude Desktop, Claude Code, Cursor,
     /// VS Code, Windsurf, Gemini CLI, Codex CLI, Cline) into a toolmux configuration. Secrets in
@@ -626,13 +633,13 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::EvalVerdict { sets, multilingual, model_dir } => {
-            toolmux::eval::verdict::run(&sets, multilingual.as_deref(), model_dir.as_deref()).await?;
+        Command::EvalVerdict { sets, multilingual, model_dir, salt } => {
+            toolmux::eval::verdict::run(&sets, multilingual.as_deref(), model_dir.as_deref(), salt).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Reap => Ok(ExitCode::SUCCESS),
-        Command::EvalLearning { sets, model_dir } => {
-            toolmux::eval::learning::run(&sets, model_dir.as_deref()).await?;
+        Command::EvalLearning { sets, model_dir, salt } => {
+            toolmux::eval::learning::run(&sets, model_dir.as_deref(), salt).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::EvalStudy { sets, model_dir, family, precision } => {

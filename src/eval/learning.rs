@@ -96,7 +96,7 @@ fn score(rankings: impl Iterator<Item = (Vec<String>, Vec<String>)>) -> (f64, f6
     (a.r8, a.mrr10)
 }
 
-pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u64) -> anyhow::Result<()> {
     let (embedder, store) = model_store(model_dir)?;
     let grid: Vec<(f32, u32)> = WEIGHTS.iter().flat_map(|&w| MIN_LABELS.iter().map(move |&m| (w, m))).collect();
     let mut loaded = Vec::new();
@@ -119,7 +119,7 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
         for &(weight, min_labels) in &grid {
             let mut ranked = vec![Vec::new(); raw.len()];
             for fold in 0..FOLDS {
-                let learned = Learned::new(true, embedder.dim(), None).tuned(weight, min_labels);
+                let learned = Learned::new(true, embedder.dim(), None).salted(salt).tuned(weight, min_labels);
                 // Each query stands for a caller of its own.
                 for (i, q) in queries.iter().enumerate().filter(|(i, _)| i % FOLDS != fold) {
                     for g in &q.gold {
@@ -142,7 +142,7 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
         let settings = adapter::Settings::default();
         for fold in 0..FOLDS {
             let teach = |weight: f32| {
-                let learned = Learned::new(true, embedder.dim(), None).tuned(weight, learned::MIN_LABELS);
+                let learned = Learned::new(true, embedder.dim(), None).salted(salt).tuned(weight, learned::MIN_LABELS);
                 for (i, q) in queries.iter().enumerate().filter(|(i, _)| i % FOLDS != fold) {
                     for g in &q.gold {
                         let tool = ToolKey { backend: "eval".into(), tool: g.as_str().into() };
@@ -175,7 +175,6 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>) -> anyho
                     let rows: std::collections::HashMap<&str, usize> =
                         keys.iter().enumerate().map(|(i, k)| (&*k.tool, i)).collect();
                     let examples = probe.examples(|_, t| rows.get(t).copied());
-                    let salt = probe.salt();
                     let all: Vec<_> = examples.into_iter().filter(|e| e.teaches).collect();
                     adapter::fit(&all, &tools, embedder.dim(), settings, salt, &|| false).map(|a| (a, j))
                 }

@@ -165,6 +165,11 @@ pub(crate) fn model_store_in(
     Ok((embedder.clone(), Store::new(Some(embedder), cache)))
 }
 
+/// The key the replays of `eval-learning` and `eval-verdict` give their learning stores unless
+/// told another (`--salt`): it decides which requests the adapter's guard holds back and the
+/// order a fit goes through its labels, so the same key gives the same figures.
+pub const SALT: u64 = 1;
+
 /// The rankings `toolmux eval` compares: find_tool's, and each arm alone.
 pub const RANKERS: [(&str, Ranker); 3] =
     [("toolmux (fused)", Ranker::Fused), ("keyword arm", Ranker::KeywordOnly), ("dense arm", Ranker::DenseOnly)];

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::catalog::ToolKey;
 use crate::index::AllowList;
+use crate::store::adapter;
 use crate::store::learned::Learned;
 use crate::store::{Generation, Query, Ranker, Store, Verdict};
 
@@ -232,7 +233,7 @@ async fn ask(store: &Store, set: &Set, text: &str, learned: Option<&Learned>) ->
 /// principal of its own), answerable queries asked of their own catalog and no-fit ones (the
 /// other sets' queries, as in [`measure`], split between the folds) asked of it with what its
 /// teaching half taught.
-async fn measure_learning(store: &Store, dim: usize, loaded: &[Set]) -> anyhow::Result<Vec<Replayed>> {
+async fn measure_learning(store: &Store, dim: usize, loaded: &[Set], salt: u64) -> anyhow::Result<Vec<Replayed>> {
     let mut out = Vec::new();
     for (n, set) in loaded.iter().enumerate() {
         let mut vectors = Vec::new();
@@ -246,7 +247,7 @@ async fn measure_learning(store: &Store, dim: usize, loaded: &[Set]) -> anyhow::
             .flat_map(|o| o.queries.iter().filter(|q| !overlaps(&o.generation, &set.generation, q)))
             .collect();
         for fold in 0..FOLDS {
-            let learned = Learned::new(true, dim, None);
+            let learned = Learned::new(true, dim, None).salted(salt);
             for (i, q) in set.queries.iter().enumerate().filter(|(i, _)| i % FOLDS != fold) {
                 for g in &q.gold {
                     learned.record(
@@ -255,6 +256,18 @@ async fn measure_learning(store: &Store, dim: usize, loaded: &[Set]) -> anyhow::
                         &i.to_string(),
                     );
                 }
+            }
+            // The query adapter, fitted and judged as the gateway's fitter does: it moves the
+            // first tool, whose familiarity and cosine the verdict then reads.
+            let (keys, tools) = set.generation.tool_vectors().ok_or_else(|| anyhow::anyhow!("no tool vectors"))?;
+            if let Some(fitted) = learned.fit(&keys, &tools, adapter::Settings::default(), &|| false) {
+                eprintln!(
+                    "  {} fold {fold}: adapter {}",
+                    set.name,
+                    if fitted.judged.served() { "served" } else { "not served" }
+                );
+                let version = learned.next_version();
+                learned.install(fitted, version);
             }
             let asked =
                 set.queries.iter().enumerate().filter(|(i, _)| i % FOLDS == fold).map(|(_, q)| (Kind::Answerable, q));
@@ -324,15 +337,20 @@ fn print_replay(label: &str, t: &[Tally], verdict: Verdict) {
 
 /// The replay of [`measure_learning`] at find_tool's thresholds: per set its answerable
 /// requests, then all answerable, then all no-fit.
-pub async fn replay(sets: &[PathBuf], model_dir: Option<&Path>) -> anyhow::Result<Vec<Tally>> {
+pub async fn replay(sets: &[PathBuf], model_dir: Option<&Path>, salt: u64) -> anyhow::Result<Vec<Tally>> {
     let (embedder, store) = super::model_store(model_dir)?;
     let loaded = load(&store, sets).await?;
-    let replayed = measure_learning(&store, embedder.dim(), &loaded).await?;
+    let replayed = measure_learning(&store, embedder.dim(), &loaded, salt).await?;
     Ok(tallies(&replayed, loaded.len(), |_| SHIPPED))
 }
 
 /// `toolmux eval-verdict`: [`measure`], printed as a table with the pooled rows.
-pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Option<&Path>) -> anyhow::Result<()> {
+pub async fn run(
+    sets: &[PathBuf],
+    multilingual: Option<&Path>,
+    model_dir: Option<&Path>,
+    salt: u64,
+) -> anyhow::Result<()> {
     let (embedder, store) = super::model_store(model_dir)?;
     let loaded = load(&store, sets).await?;
     let rows = measure_loaded(&store, &loaded, multilingual).await?;
@@ -352,7 +370,7 @@ pub async fn run(sets: &[PathBuf], multilingual: Option<&Path>, model_dir: Optio
     for r in rows.iter().filter(|r| r.kind == Kind::Translated) {
         r.tally.print(&r.label, want(r.kind));
     }
-    let replayed = measure_learning(&store, embedder.dim(), &loaded).await?;
+    let replayed = measure_learning(&store, embedder.dim(), &loaded, salt).await?;
     // Chosen on one fold, scored on the other: the first threshold of `grid` whose verdicts on
     // the other fold's no-fit requests pass `wanted`.
     let chosen = |grid: &[f32], at: &dyn Fn(f32) -> Thresholds, wanted: &dyn Fn(&Tally) -> bool| -> Vec<f32> {

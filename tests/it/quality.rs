@@ -70,11 +70,13 @@ async fn flags_what_does_not_fit() {
     assert!(no_fit.pct(no_fit.none) >= 53.6, "half the no-fit requests are told nothing fits: {rows:?}");
     assert!(flagged(Kind::Translated) >= 85.0, "{rows:?}");
 
-    // With learning (each set replayed in two folds): measured 75.7 % of metatool's answerable
-    // requests good (62.1 % by the cosine alone), no-fit 91.5 % flagged and 54.1 % `none`.
-    let t = toolmux::eval::verdict::replay(&[data("toolret-apigen"), data("metatool")], None).await.unwrap();
+    // With learning (each set replayed in two folds, the query adapter fitted as the gateway
+    // fits it): measured 77.7 % of metatool's answerable requests good (62.1 % by the cosine
+    // alone, with nothing learned), no-fit 91.8 % flagged and 54.4 % `none`.
+    let sets = [data("toolret-apigen"), data("metatool")];
+    let t = toolmux::eval::verdict::replay(&sets, None, toolmux::eval::SALT).await.unwrap();
     let (metatool, no_fit) = (&t[1], &t[3]);
-    assert!(metatool.pct(metatool.good) >= 75.2, "{t:?}");
+    assert!(metatool.pct(metatool.good) >= 77.2, "{t:?}");
     assert!(no_fit.flagged() >= 91.0 && no_fit.pct(no_fit.none) >= 53.6, "{t:?}");
 }
 

@@ -357,6 +357,13 @@ impl Learned {
         self
     }
 
+    /// The same, keyed by `salt` instead of a random key: how the evaluations repeat a run (the
+    /// key orders the adapter's held-back requests and shuffles its fit).
+    pub fn salted(self, salt: u64) -> Self {
+        *self.salt.write().expect("learned lock") = salt;
+        self
+    }
+
     /// Reads what an earlier run learned from `path`. A missing file is a fresh start; vectors
     /// of another dimension, from another model, are dropped; a file that cannot be read or
     /// parsed, or holds a vector that is not finite, is logged, moved aside (`<file>.bad-<time>`)
