@@ -5,6 +5,8 @@
 //! trace runs client → toolmux → backend. Without it, the client's context is passed to the
 //! backend unchanged and toolmux's spans are only logged.
 
+pub mod logging;
+
 use rmcp::model::RequestMetaObject;
 use rmcp::service::{RequestContext, RoleServer};
 
