@@ -133,6 +133,9 @@ pub struct Gateway {
     /// The calls running for callers without a session, by principal: each principal gets
     /// `server.max_calls_per_session` places, as a session does ([`Gateway::caller_calls`]).
     caller_calls: Mutex<lru::LruCache<String, Arc<tokio::sync::Semaphore>>>,
+    /// What the last find_tool of each principal without a session found, so that its call can
+    /// teach as a session's does ([`Gateway::caller_usage`]), and when that usage began.
+    caller_usage: Mutex<lru::LruCache<String, (std::time::Instant, Arc<crate::session::usage::Usage>)>>,
     /// The backend sessions of callers without a session on `per_client` backends, one set per
     /// principal (`server.max_sessionless_principals` of them).
     pub sessionless: PrincipalUpstreams,
@@ -227,6 +230,9 @@ impl Gateway {
             caller_calls: Mutex::new(lru::LruCache::new(
                 std::num::NonZeroUsize::new(CALLERS_LIMITED).expect("a positive capacity"),
             )),
+            caller_usage: Mutex::new(lru::LruCache::new(
+                std::num::NonZeroUsize::new(CALLERS_LIMITED).expect("a positive capacity"),
+            )),
             sessionless: PrincipalUpstreams::new(
                 p.relay.clone(),
                 p.limits.session_idle_timeout,
@@ -304,6 +310,21 @@ impl Gateway {
         let s = Arc::new(tokio::sync::Semaphore::new(self.limits.max_calls_per_session));
         calls.put(principal.to_string(), s.clone());
         s
+    }
+
+    /// The learning-from-use state of a caller without a session (`principal`): its requests
+    /// count as one session's for [`SESSIONLESS_SPAN`](crate::session::usage::SESSIONLESS_SPAN),
+    /// then begin afresh. The [`CALLERS_LIMITED`] principals seen last are tracked.
+    pub fn caller_usage(&self, principal: &str) -> Arc<crate::session::usage::Usage> {
+        let mut usage = self.caller_usage.lock().expect("caller usage lock");
+        match usage.get(principal) {
+            Some((begun, u)) if begun.elapsed() < crate::session::usage::SESSIONLESS_SPAN => u.clone(),
+            _ => {
+                let u = Arc::new(crate::session::usage::Usage::default());
+                usage.put(principal.to_string(), (std::time::Instant::now(), u.clone()));
+                u
+            }
+        }
     }
 
     /// Takes `[auth]` as it is now in force.

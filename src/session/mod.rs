@@ -306,7 +306,7 @@ pub struct SessionHandle {
     /// Woken when the caller's groups changed: its resync worker tells a passthrough client.
     pub rescoped: Arc<tokio::sync::Notify>,
     /// Its last find_tool, and the labels its calls have given (learning from use).
-    pub usage: usage::Usage,
+    pub usage: Arc<usage::Usage>,
     /// What its client is shown; set at initialize.
     surface: OnceLock<surface::Choice>,
 }

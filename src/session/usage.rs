@@ -11,6 +11,10 @@ use crate::store::learned::PER_SESSION;
 /// How long after a find_tool a call of one of its tools still counts as following it.
 pub const LABEL_WINDOW: Duration = Duration::from_secs(600);
 
+/// How long the requests of a caller without a session count as one session (a principal's
+/// session-less usage is begun afresh after it, with [`PER_SESSION`] labels to give again).
+pub const SESSIONLESS_SPAN: Duration = Duration::from_secs(3600);
+
 #[derive(Default)]
 pub struct Usage(Mutex<State>);
 

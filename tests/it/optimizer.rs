@@ -313,13 +313,15 @@ async fn find_tool_learns_from_calls_that_follow_it() {
 }
 
 /// A request whose words match no tool's text well is `match: none` or `weak`; once principals
-/// were served by a tool after asking it, that tool comes first and the answer says `good`, for
-/// a caller who never taught anything; a caller denied the tool is not told `good` about it.
+/// were served by a tool after asking it (half of them in sessions, half without one), that tool
+/// comes first and the answer says `good`, for callers who never taught anything, with a session
+/// or without; a caller denied the tool is not told `good` about it, and a session-less call
+/// follows only its own principal's find_tool.
 #[tokio::test]
 async fn find_tool_calls_a_match_good_once_requests_like_it_were_served() {
     let served = http_backend("monitoring").await;
     let teachers: Vec<String> = (0..20).map(|i| format!("teacher{i}")).collect();
-    let mut tokens = vec!["alice", "bob"];
+    let mut tokens = vec!["alice", "bob", "carol", "dave"];
     tokens.extend(teachers.iter().map(String::as_str));
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nmode = \"optimizer\"\nmax_sessions = 100\n{}\
@@ -335,18 +337,39 @@ async fn find_tool_calls_a_match_good_once_requests_like_it_were_served() {
     let before = call(&alice, "find_tool", request.clone()).await;
     println!("before: {} {:?}", verdict(&before), found(&before));
     assert_ne!(verdict(&before), "good", "the text alone does not say it fits");
-    for t in &teachers {
-        let (c, _) = client_with_auth(&app, Some(t)).await;
-        call(&c, "find_tool", request.clone()).await;
-        let r = call(&c, "call_tool", json!({"tool_name": "monitoring_list_on_call", "parameters": {}})).await;
+    // Half the principals in sessions, half without one (2026-07-28): a session-less caller's
+    // call follows its principal's last find_tool, and teaches alike.
+    let serve = json!({"tool_name": "monitoring_list_on_call", "parameters": {}});
+    for (i, t) in teachers.iter().enumerate() {
+        let r = if i % 2 == 0 {
+            let (c, _) = client_with_auth(&app, Some(t)).await;
+            call(&c, "find_tool", request.clone()).await;
+            let r = call(&c, "call_tool", serve.clone()).await;
+            c.cancel().await.unwrap();
+            r
+        } else {
+            let c = stateless_client(&app, Recorder::default(), Some(t)).await;
+            call(&c, "find_tool", request.clone()).await;
+            let r = call(&c, "call_tool", serve.clone()).await;
+            c.cancel().await.unwrap();
+            r
+        };
         assert_ne!(r.is_error, Some(true), "{r:?}");
-        c.cancel().await.unwrap();
     }
+    let learned = app.gateway.store.learned().unwrap();
+    let taught = learned.principals_per_tool().get("monitoring_list_on_call").copied();
+    assert_eq!(taught, Some(20), "every teacher's call taught, with a session or without");
     let after = call(&alice, "find_tool", request.clone()).await;
     println!("after: {} {:?}", verdict(&after), found(&after));
     assert_eq!(found(&after)[0], "monitoring_list_on_call");
     assert_eq!(verdict(&after), "good");
     assert!(after.structured_content.as_ref().unwrap().get("note").is_none(), "a good match needs no note");
+    let carol = stateless_client(&app, Recorder::default(), Some("carol")).await;
+    assert_eq!(verdict(&call(&carol, "find_tool", request.clone()).await), "good", "without a session too");
+    // What carol found is hers: dave's call right after it follows no find_tool of his.
+    let dave = stateless_client(&app, Recorder::default(), Some("dave")).await;
+    assert_ne!(call(&dave, "call_tool", serve).await.is_error, Some(true));
+    assert_eq!(learned.principals_per_tool().get("monitoring_list_on_call").copied(), Some(20), "dave taught nothing");
     let (bob, _) = client_with_auth(&app, Some("bob")).await;
     let denied = call(&bob, "find_tool", request).await;
     assert!(!found(&denied).contains(&"monitoring_list_on_call".to_string()));

@@ -183,12 +183,10 @@ impl GatewayHandler {
         };
         // The call follows a find_tool that found this tool: if it completes without an error,
         // the request found it (a label, recorded below).
-        let label = match (self.session.get(), self.gw.store.learned()) {
-            (Some(session), Some(learned)) => {
-                session.usage.label_for(&tool.key).map(|v| (learned, v, tool.key.clone(), caller.principal.clone()))
-            }
-            _ => None,
-        };
+        let label = self.gw.store.learned().filter(|l| l.is_enabled()).and_then(|learned| {
+            let vector = self.usage(&caller.principal).label_for(&tool.key)?;
+            Some((learned, vector, tool.key.clone(), caller.principal.clone()))
+        });
         if let Err(retry) = self.gw.health.call_gate(backend.name()) {
             (note.decision, note.detail) = ("refused", Some("circuit breaker open".into()));
             self.gw.metrics.tool_call(backend.name(), "breaker_open", std::time::Duration::ZERO);

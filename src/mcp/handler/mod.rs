@@ -79,6 +79,15 @@ impl GatewayHandler {
         }
     }
 
+    /// Where learning from use keeps this caller's last find_tool and the labels it gave: its
+    /// session's, or for a caller without a session its principal's ([`Gateway::caller_usage`]).
+    fn usage(&self, principal: &str) -> Arc<crate::session::usage::Usage> {
+        match self.session.get() {
+            Some(s) => s.usage.clone(),
+            None => self.gw.caller_usage(principal),
+        }
+    }
+
     fn advertisable_backends(&self) -> impl Iterator<Item = Arc<Backend>> + '_ {
         let backends = self.gw.upstream.backends();
         (0..backends.len()).map(move |i| backends[i].clone()).filter(|b| self.gw.advertisable(b.name()))

@@ -159,12 +159,12 @@ impl GatewayHandler {
         };
         self.gw.metrics.find_tool(&found.result);
         // A call that follows may teach the ranking (`store::learned`).
-        if let (Some(session), Some(vector)) = (self.session.get(), &found.result.vector)
+        if let Some(vector) = &found.result.vector
             && self.gw.store.learned().is_some_and(|l| l.is_enabled())
         {
             let tools = snap.generation.catalog.tools();
             let hits = found.result.hits.iter().map(|h| tools[h.slot as usize].key.clone()).collect();
-            session.usage.found(vector.clone(), hits);
+            self.usage(&snap.caller.principal).found(vector.clone(), hits);
         }
         let compact = self.gw.answer == AnswerForm::Compact && !found.describe;
         let answer = found.answer(snap, compact);

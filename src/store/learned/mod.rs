@@ -15,7 +15,8 @@
 //!
 //! Bounded: [`MAX_TOOLS`] tools (past it the least recently confirmed tool leaves), each one
 //! vector whose weight stops growing at [`MAX_WEIGHT`] labels (older labels fade), and the
-//! gateway takes at most [`PER_SESSION`] labels from one session, one per tool.
+//! gateway takes at most [`PER_SESSION`] labels from one session (a caller without one: its
+//! principal's requests of an hour), one per tool.
 //!
 //! The file (`[optimizer] learning_file`) is a hint, never a reason not to start: one that
 //! cannot be read or holds a vector that is not finite is logged, set aside beside itself and
