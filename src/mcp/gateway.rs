@@ -130,12 +130,9 @@ pub struct Gateway {
     pub parked: Arc<Parked>,
     /// Tasks backends run for this gateway's clients, by the id the client was given.
     pub tasks: super::tasks::TaskRoutes,
-    /// The calls running for callers without a session, by principal: each principal gets
-    /// `server.max_calls_per_session` places, as a session does ([`Gateway::caller_calls`]).
-    caller_calls: Mutex<lru::LruCache<String, Arc<tokio::sync::Semaphore>>>,
-    /// What the last find_tool of each principal without a session found, so that its call can
-    /// teach as a session's does ([`Gateway::caller_usage`]), and when that usage began.
-    caller_usage: Mutex<lru::LruCache<String, (std::time::Instant, Arc<crate::session::usage::Usage>)>>,
+    /// Per principal calling without a session: the places for its running calls and its part
+    /// in learning from use, as a session has them.
+    pub callers: super::callers::Callers,
     /// The backend sessions of callers without a session on `per_client` backends, one set per
     /// principal (`server.max_sessionless_principals` of them).
     pub sessionless: PrincipalUpstreams,
@@ -184,9 +181,6 @@ pub struct Gateway {
     ct: CancellationToken,
 }
 
-/// Principals without a session whose running calls are counted at once.
-const CALLERS_LIMITED: usize = 4096;
-
 /// The pinned globs as one set (the configuration checked each one); `None` when there are none.
 fn pinned_set(globs: &[String]) -> Option<globset::GlobSet> {
     if globs.is_empty() {
@@ -227,12 +221,7 @@ impl Gateway {
             relay: p.relay.clone(),
             parked: Arc::default(),
             tasks: Default::default(),
-            caller_calls: Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(CALLERS_LIMITED).expect("a positive capacity"),
-            )),
-            caller_usage: Mutex::new(lru::LruCache::new(
-                std::num::NonZeroUsize::new(CALLERS_LIMITED).expect("a positive capacity"),
-            )),
+            callers: super::callers::Callers::new(p.limits.max_calls_per_session),
             sessionless: PrincipalUpstreams::new(
                 p.relay.clone(),
                 p.limits.session_idle_timeout,
@@ -297,34 +286,6 @@ impl Gateway {
         let groups = self.groups.as_ref()?;
         let declared = super::groups::declared(&session.peer()?.peer_info()?.capabilities);
         declared.then(|| groups.listed(&session.snapshot(), self))
-    }
-
-    /// The places for calls of a caller without a session (`principal`): `max_calls_per_session`
-    /// of them, shared by every request of that principal. The [`CALLERS_LIMITED`] principals
-    /// seen last are tracked; one pushed out while its calls run starts afresh.
-    pub fn caller_calls(&self, principal: &str) -> Arc<tokio::sync::Semaphore> {
-        let mut calls = self.caller_calls.lock().expect("caller calls lock");
-        if let Some(s) = calls.get(principal) {
-            return s.clone();
-        }
-        let s = Arc::new(tokio::sync::Semaphore::new(self.limits.max_calls_per_session));
-        calls.put(principal.to_string(), s.clone());
-        s
-    }
-
-    /// The learning-from-use state of a caller without a session (`principal`): its requests
-    /// count as one session's for [`SESSIONLESS_SPAN`](crate::session::usage::SESSIONLESS_SPAN),
-    /// then begin afresh. The [`CALLERS_LIMITED`] principals seen last are tracked.
-    pub fn caller_usage(&self, principal: &str) -> Arc<crate::session::usage::Usage> {
-        let mut usage = self.caller_usage.lock().expect("caller usage lock");
-        match usage.get(principal) {
-            Some((begun, u)) if begun.elapsed() < crate::session::usage::SESSIONLESS_SPAN => u.clone(),
-            _ => {
-                let u = Arc::new(crate::session::usage::Usage::default());
-                usage.put(principal.to_string(), (std::time::Instant::now(), u.clone()));
-                u
-            }
-        }
     }
 
     /// Takes `[auth]` as it is now in force.

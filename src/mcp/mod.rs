@@ -1,6 +1,7 @@
 //! The MCP surface: the per-session handler for both modes, the meta-tools, and the gateway
 //! state they share.
 
+pub mod callers;
 pub mod gateway;
 pub mod groups;
 pub mod handler;

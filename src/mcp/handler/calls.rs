@@ -201,7 +201,7 @@ impl GatewayHandler {
         // principal's), then the connection to use.
         let (places, whose) = match self.session.get() {
             Some(s) => (s.calls.clone(), "this session already has"),
-            None => (self.gw.caller_calls(&caller.principal), "you already have"),
+            None => (self.gw.callers.calls(&caller.principal), "you already have"),
         };
         let permit = match places.try_acquire_owned() {
             Ok(p) => Some(p),

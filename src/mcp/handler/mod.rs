@@ -80,11 +80,11 @@ impl GatewayHandler {
     }
 
     /// Where learning from use keeps this caller's last find_tool and the labels it gave: its
-    /// session's, or for a caller without a session its principal's ([`Gateway::caller_usage`]).
+    /// session's, or for a caller without a session its principal's ([`Callers::usage`](crate::mcp::callers::Callers::usage)).
     fn usage(&self, principal: &str) -> Arc<crate::session::usage::Usage> {
         match self.session.get() {
             Some(s) => s.usage.clone(),
-            None => self.gw.caller_usage(principal),
+            None => self.gw.callers.usage(principal),
         }
     }
 
