@@ -35,7 +35,8 @@ fn main() {
         for rows in ROWS {
             let (mut macs, mut seconds) = (0f64, 0f64);
             for (name, cols, inner) in SHAPES {
-                let codes: Vec<i8> = (0..cols * inner).map(|_| rng.random_range(-127..=127)).collect();
+                let top = kernel.weight_max_code() as i8;
+                let codes: Vec<i8> = (0..cols * inner).map(|_| rng.random_range(-top..=top)).collect();
                 let scales: Vec<f32> = (0..cols * inner.div_ceil(32)).map(|_| rng.random_range(0.001..0.01)).collect();
                 let w = Packed::new(kernel, &codes, &scales, cols, inner);
                 let x: Vec<f32> = (0..rows * inner).map(|_| rng.random_range(-3.0..3.0)).collect();

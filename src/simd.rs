@@ -63,20 +63,28 @@ pub fn quantize(v: &[f32]) -> (Vec<i8>, f32) {
     (codes, scale)
 }
 
+/// [`quantize`] into `codes` (as long as `v`), without allocating: returns the scale. Ties round
+/// to even (one vector instruction where `round`'s away-from-zero is a libm call).
+#[inline]
+pub fn quantize_into(v: &[f32], codes: &mut [i8]) -> f32 {
+    quantize_to(v, 127, codes)
+}
+
 widest! {
-    /// [`quantize`] into `codes` (as long as `v`), without allocating: returns the scale. Ties
-    /// round to even (one vector instruction where `round`'s away-from-zero is a libm call).
-    pub fn quantize_into(v: &[f32], codes: &mut [i8]) -> f32 {
+    /// [`quantize_into`] with codes within `±max_code` (at most 127).
+    pub fn quantize_to(v: &[f32], max_code: i32, codes: &mut [i8]) -> f32 {
+        debug_assert!((1..=127).contains(&max_code));
         let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
         if max == 0.0 {
             codes.fill(0);
             return 0.0;
         }
-        let to_code = 127.0 / max;
+        let top = max_code as f32;
+        let to_code = top / max;
         for (c, x) in codes.iter_mut().zip(v) {
             *c = (x * to_code).round_ties_even() as i32 as i8;
         }
-        max / 127.0
+        max / top
     }
 }
 

@@ -232,7 +232,7 @@ impl QWeights {
     /// of `kernel` (which this CPU must run).
     pub fn new(w: &[f32], cols: usize, inner: usize, kernel: Kernel) -> Self {
         assert!(kernel.runs_here(), "the {kernel} kernel on a CPU without it");
-        let q = Self::rows(w, cols, inner);
+        let q = Self::rows(w, cols, inner, kernel.weight_max_code());
         if kernel.lanes().is_some() {
             let packed = Packed::new(kernel, &q.codes, &q.scales, cols, inner);
             return Self { codes: Vec::new(), packed: Some(packed), ..q };
@@ -240,17 +240,18 @@ impl QWeights {
         q
     }
 
-    /// Quantises `w` for the row kernels ([`crate::simd::idot_rows_blocks`]) only.
-    fn rows(w: &[f32], cols: usize, inner: usize) -> Self {
+    /// Quantises `w` into codes within `±top`, in rows: the row kernels' layout
+    /// ([`crate::simd::idot_rows_blocks`]).
+    fn rows(w: &[f32], cols: usize, inner: usize, top: i32) -> Self {
         assert_eq!(w.len(), cols * inner, "w is cols × inner");
         let blocks = inner.div_ceil(crate::simd::BLOCK);
         let mut codes = Vec::with_capacity(w.len());
         let mut scales = Vec::with_capacity(cols * blocks);
         for row in w.chunks_exact(inner.max(1)).take(cols) {
             for block in row.chunks(crate::simd::BLOCK) {
-                let (c, s) = crate::simd::quantize(block);
-                codes.extend_from_slice(&c);
-                scales.push(s);
+                let at = codes.len();
+                codes.resize(at + block.len(), 0);
+                scales.push(crate::simd::quantize_to(block, top, &mut codes[at..]));
             }
         }
         Self { codes, scales, inner, cols, packed: None }
@@ -591,7 +592,7 @@ mod tests {
     }
 
     /// Every outer-product kernel this CPU runs, through `qmatmul` and its threads, against the
-    /// row kernels.
+    /// row kernels on the same weight codes.
     #[test]
     fn each_packed_kernel_matches_the_row_kernels() {
         use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -602,9 +603,10 @@ mod tests {
         for (rows, inner, cols) in [(1, 32, 16), (3, 50, 40), (4, 384, 48), (9, 384, 384), (7, 1536, 33), (17, 96, 1)] {
             let x: Vec<f32> = (0..rows * inner).map(|_| rng.random_range(-3.0..3.0)).collect();
             let w: Vec<f32> = (0..cols * inner).map(|_| rng.random_range(-0.2..0.2)).collect();
-            let mut rows_out = vec![0f32; rows * cols];
-            qmatmul(&x, rows, &QWeights::new(&w, cols, inner, Kernel::Rows), &mut rows_out);
             for &kernel in &kernels {
+                // The row kernels on the same weight codes (7-bit for AVX2).
+                let mut rows_out = vec![0f32; rows * cols];
+                qmatmul(&x, rows, &QWeights::rows(&w, cols, inner, kernel.weight_max_code()), &mut rows_out);
                 let packed = QWeights::new(&w, cols, inner, kernel);
                 assert!(packed.packed.is_some() && packed.codes.is_empty());
                 let mut packed_out = vec![f32::NAN; rows * cols];

@@ -44,7 +44,13 @@ impl SentenceModel {
             // Vectors of one precision are not another's: the cache keys on this.
             id: match precision {
                 Precision::F32 => format!("{}@{}", files.manifest.id, files.manifest.revision),
-                p => format!("{}@{}+{}", files.manifest.id, files.manifest.revision, p.name()),
+                p => format!(
+                    "{}@{}+{}{}",
+                    files.manifest.id,
+                    files.manifest.revision,
+                    p.name(),
+                    p.kernel().map_or("", |k| k.weights_suffix())
+                ),
             },
         })
     }

@@ -2,16 +2,18 @@
 //! AVX-VNNI where the CPU has it.
 //!
 //! Per step, one 32-byte load holds 4 bytes of each of 8 columns, and each row's 4 activation
-//! bytes are broadcast to the 8 lanes.
-//! - **AVX-VNNI**: one VPDPBUSD adds the 4 products into each lane; activations are offset by
-//!   128 and each block's sums corrected by `128 · Σ w`, as on AVX-512.
-//! - **AVX2**: VPMADDUBSW multiplies unsigned by signed bytes into 16-bit pair sums, which would
-//!   saturate with offset activations (`2 · 255 · 127`). So the codes stay signed: `|x|` (VPABSB,
-//!   once per row and step) times `w` carrying `x`'s sign (VPSIGNB) is at most `2 · 127 · 127`,
-//!   exact; VPMADDWD against ones widens the pairs to 32-bit sums of 4.
+//! bytes (offset by 128) are broadcast to the 8 lanes; each block's sums are corrected by
+//! `128 · Σ w`, as on AVX-512.
+//! - **AVX-VNNI**: one VPDPBUSD adds the 4 products into each lane.
+//! - **AVX2**: VPMADDUBSW multiplies the unsigned activations by the signed weights into 16-bit
+//!   pair sums, VPMADDWD against ones widens them to 32-bit sums of 4, and a VPADDD accumulates:
+//!   three instructions where VNNI takes one. The weights are 7-bit so that no pair saturates
+//!   (`2 · 255 · 63`; [`super::int8`]). Keeping 8-bit weights instead means signed activations
+//!   with their sign moved onto the weights (VPABSB, VPSIGNB): four and a half instructions a
+//!   step, which this kernel was until measured (docs/performance.md).
 //!
-//! Both keep four rows by two groups; in the AVX2 form its extra sign and widening leave no room
-//! among the 16 ymm registers for the float accumulators, which spill once per block.
+//! Both keep four rows by two groups: 8 integer and 8 float accumulators, the weights, the
+//! broadcast and the ones among 16 ymm registers, so the float ones spill once per block.
 
 use std::arch::x86_64::*;
 
@@ -27,7 +29,7 @@ const TILE: usize = GROUP * BLOCK;
 ///
 /// # Safety
 /// The CPU must support AVX2 and FMA; the rest is [`super::int8::gemm`]'s, which checked the
-/// shapes. `x` holds signed codes.
+/// shapes. `x` holds codes offset by 128, `w` 7-bit weights.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn gemm(w: &Packed, x: &Activations, rows: usize, groups: std::ops::Range<usize>, out: *mut f32) {
     // SAFETY: the caller's guarantees; inlined here, so compiled for AVX2.
@@ -96,16 +98,12 @@ unsafe fn tile<const R: usize, const G: usize, const VNNI: bool>(
                     // `at + 4 <= codes.len()`: inside row r0+i's padded blocks.
                     let four = std::ptr::read_unaligned(x.codes.as_ptr().add(at).cast::<i32>());
                     let xv = _mm256_set1_epi32(four);
-                    if VNNI {
-                        for (s, &wj) in row.iter_mut().zip(&wv) {
-                            *s = _mm256_dpbusd_avx_epi32(*s, xv, wj);
-                        }
-                    } else {
-                        let magnitude = _mm256_abs_epi8(xv);
-                        for (s, &wj) in row.iter_mut().zip(&wv) {
-                            let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(wj, xv));
-                            *s = _mm256_add_epi32(*s, _mm256_madd_epi16(pairs, ones));
-                        }
+                    for (s, &wj) in row.iter_mut().zip(&wv) {
+                        *s = if VNNI {
+                            _mm256_dpbusd_avx_epi32(*s, xv, wj)
+                        } else {
+                            _mm256_add_epi32(*s, _mm256_madd_epi16(_mm256_maddubs_epi16(xv, wj), ones))
+                        };
                     }
                 }
             }
@@ -115,12 +113,7 @@ unsafe fn tile<const R: usize, const G: usize, const VNNI: bool>(
                     let at = ((g0 + j) * blocks + b) * GROUP;
                     // `at + 8 <= scales.len() == offsets.len()`.
                     let ws = _mm256_loadu_ps(w.scales.as_ptr().add(at));
-                    let exact = if VNNI {
-                        let off = _mm256_loadu_si256(w.offsets.as_ptr().add(at).cast());
-                        _mm256_sub_epi32(s, off)
-                    } else {
-                        s
-                    };
+                    let exact = _mm256_sub_epi32(s, _mm256_loadu_si256(w.offsets.as_ptr().add(at).cast()));
                     *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), _mm256_mul_ps(ws, xs), *a);
                 }
             }

@@ -31,9 +31,10 @@
 //!
 //! VPDPBUSD multiplies unsigned by signed bytes, so its activations are stored offset by 128
 //! (`x ^ 0x80`) and each block's sum corrected by `128 · Σ w` ([`Packed::offsets`]). VPMADDUBSW
-//! too takes one unsigned side, but sums pairs into 16 bits, where `255 · 127 · 2` would
-//! saturate: the AVX2 kernel keeps the codes signed and multiplies `|x|` by `w` carrying `x`'s
-//! sign (at most `2 · 127 · 127`).
+//! (AVX2) does too, but sums pairs into 16 bits, where `2 · 255 · 127` would saturate: its
+//! weights are 7-bit (within ±63, [`Kernel::weight_max_code`]), so a pair is at most
+//! `2 · 255 · 63`. The model's vectors then differ from the other kernels' in the third decimal
+//! of their cosine, and the vector cache keeps them apart ([`Kernel::weights_suffix`]).
 //!
 //! **Which kernel** ([`choice`]): the widest this CPU runs, or the one named by the environment
 //! variable [`FORCE`] (a narrower family, so that every kernel can be tested and timed on one
@@ -152,9 +153,22 @@ impl Kernel {
         }
     }
 
-    /// Whether the kernel's activations are stored offset by 128 (VPDPBUSD's unsigned side).
+    /// Whether the kernel's activations are stored offset by 128 (the unsigned side of VPDPBUSD
+    /// and VPMADDUBSW).
     fn offset(self) -> bool {
-        matches!(self, Kernel::Avx512Vnni | Kernel::AvxVnni)
+        matches!(self, Kernel::Avx512Vnni | Kernel::AvxVnni | Kernel::Avx2)
+    }
+
+    /// The largest weight code's magnitude: 127, or 63 where the kernel's 16-bit pair sums need
+    /// the headroom (AVX2, module docs).
+    pub fn weight_max_code(self) -> i32 {
+        if self == Kernel::Avx2 { 63 } else { 127 }
+    }
+
+    /// What the model's name gains where this kernel's weights differ from the others' (the
+    /// vector cache keys on the name): 7-bit weights on AVX2.
+    pub fn weights_suffix(self) -> &'static str {
+        if self.weight_max_code() == 127 { "" } else { "-w7" }
     }
 }
 
@@ -242,10 +256,13 @@ pub struct Packed {
 }
 
 impl Packed {
-    /// Packs `codes` (`cols × inner`, row-major, in `-127..=127`) with their per-block `scales`
-    /// (`cols × blocks`) for `kernel`, which must have a layout ([`Kernel::lanes`]).
+    /// Packs `codes` (`cols × inner`, row-major, within `±kernel.weight_max_code()`) with their
+    /// per-block `scales` (`cols × blocks`) for `kernel`, which must have a layout
+    /// ([`Kernel::lanes`]).
     pub fn new(kernel: Kernel, codes: &[i8], scales: &[f32], cols: usize, inner: usize) -> Self {
         let lanes = kernel.lanes().expect("an outer-product kernel");
+        let top = kernel.weight_max_code();
+        assert!(codes.iter().all(|&c| i32::from(c).abs() <= top), "{kernel} weights past ±{top}");
         let tile = lanes * BLOCK;
         let blocks = inner.div_ceil(BLOCK);
         let groups = cols.div_ceil(lanes);
@@ -415,10 +432,15 @@ mod tests {
                 [(1usize, 1usize, 1usize), (3, 7, 33), (4, 16, 32), (5, 17, 64), (9, 40, 100), (2, 33, 384)]
             {
                 let blocks = inner.div_ceil(BLOCK);
-                let mut w: Vec<i8> = (0..cols * inner).map(|_| rng.random_range(-127..=127)).collect();
+                let top = kernel.weight_max_code() as i8;
+                let mut w: Vec<i8> = (0..cols * inner).map(|_| rng.random_range(-top..=top)).collect();
                 let mut x: Vec<f32> = (0..rows * inner).map(|_| rng.random_range(-3.0..3.0)).collect();
-                // Extremes: a weight row at +127 and an activation row whose codes are ±127.
-                w[..inner].fill(127);
+                // Extremes: weight rows at both ends of the kernel's range and an activation row
+                // whose codes are ±127.
+                w[..inner].fill(top);
+                if cols > 1 {
+                    w[inner..2 * inner].fill(-top);
+                }
                 for (i, v) in x[..inner].iter_mut().enumerate() {
                     *v = if i % 2 == 0 { 1.0 } else { -1.0 };
                 }
