@@ -18,9 +18,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use toolmux::catalog::{CatalogTool, ToolKey};
 use toolmux::embed::Embedder;
-use toolmux::index::dense::{DenseIndex, dot};
+use toolmux::index::dense::DenseIndex;
 use toolmux::index::{AllowList, Hit, top_k};
 use toolmux::session::{AllowAll, Caller, scope};
+use toolmux::simd::dot;
 
 use support::*;
 

@@ -88,6 +88,32 @@ widest! {
     }
 }
 
+widest! {
+    /// Dot product of two float vectors: the wider vector unit where the CPU has one ([`widest!`]).
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+        dot_body(a, b)
+    }
+}
+
+/// Sixteen independent accumulators: one AVX-512 register, two AVX2 or four SSE/NEON ones, so
+/// the loop is vectorised at every width without target-specific code.
+#[inline(always)]
+fn dot_body(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}
+
 /// Dot product of two byte vectors, in 32-bit sums: the graph walk's inner loop, and the int8
 /// encoder's (`embed::kernels::qmatmul`).
 #[inline]
@@ -435,6 +461,14 @@ pub fn path() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot_matches_naive() {
+        let a: Vec<f32> = (0..385).map(|i| i as f32 * 0.01).collect();
+        let b: Vec<f32> = (0..385).map(|i| 1.0 - i as f32 * 0.002).collect();
+        let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((dot(&a, &b) - naive).abs() < 1e-2 * naive.abs().max(1.0));
+    }
 
     /// Whatever path this CPU takes (SDOT, NEON, AVX), the byte dot product is exact.
     #[test]

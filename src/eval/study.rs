@@ -490,7 +490,7 @@ async fn load(store: &Store, embedder: &Arc<dyn Embedder>, dir: &std::path::Path
         .iter()
         .map(|g| {
             let (Some(a), Some(b)) = (&generation.dense, &g.dense) else { return Vec::new() };
-            (0..generation.catalog.len() as u32).map(|s| crate::index::dense::dot(&a.vector(s), &b.vector(s))).collect()
+            (0..generation.catalog.len() as u32).map(|s| crate::simd::dot(&a.vector(s), &b.vector(s))).collect()
         })
         .collect();
     let doc_terms = generation

@@ -2,16 +2,10 @@
 //! exhaustive search of the allowed slots, and an HNSW graph ([`super::graph`]) for catalogs
 //! large enough to need one. [`DenseIndex::search`] picks the path per query and reports which
 //! one ran.
-//!
-//! hnsw_rs's own dot distance asserts `1 - dot >= 0`, which f32 rounding breaks for a vector and
-//! itself (duplicate tool texts), so the graph is built with [`ClampedDot`].
-
-use hnsw_rs::anndists::dist::Distance;
 
 use super::graph::Graph;
 use super::vectors::Vectors;
 use super::{AllowList, Hit, Slot};
-use crate::simd::widest;
 
 /// Below this many vectors no graph is built: the exact scan is as fast (docs/performance.md).
 pub const GRAPH_MIN_SLOTS: usize = 20_000;
@@ -29,42 +23,6 @@ pub enum Plan {
     Graph,
     /// The graph found fewer than `k` allowed hits; the exact scan answered.
     GraphThenExact,
-}
-
-/// `1 - dot`, clamped at zero: cosine distance for unit vectors.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ClampedDot;
-
-impl Distance<f32> for ClampedDot {
-    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
-        (1.0 - dot(a, b)).max(0.0)
-    }
-}
-
-widest! {
-    /// Dot product: the wider vector unit where the CPU has one ([`widest!`]).
-    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-        dot_body(a, b)
-    }
-}
-
-/// Sixteen independent accumulators: one AVX-512 register, two AVX2 or four SSE/NEON ones, so
-/// the loop is vectorised at every width without target-specific code.
-#[inline(always)]
-fn dot_body(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 16];
-    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..16 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ra.iter().zip(rb) {
-        s += x * y;
-    }
-    s
 }
 
 pub struct DenseIndex {
@@ -167,14 +125,6 @@ impl DenseIndex {
 mod tests {
     use super::*;
     use crate::index::unit_vectors;
-
-    #[test]
-    fn dot_matches_naive() {
-        let a: Vec<f32> = (0..385).map(|i| i as f32 * 0.01).collect();
-        let b: Vec<f32> = (0..385).map(|i| 1.0 - i as f32 * 0.002).collect();
-        let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((dot(&a, &b) - naive).abs() < 1e-2 * naive.abs().max(1.0));
-    }
 
     #[test]
     fn exact_respects_allow_list_and_order() {

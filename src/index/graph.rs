@@ -16,11 +16,24 @@ use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
+use hnsw_rs::anndists::dist::Distance;
 use hnsw_rs::hnsw::Hnsw;
 
-use super::dense::ClampedDot;
 use super::vectors::Vectors;
 use super::{AllowList, Hit, Slot};
+use crate::simd::dot;
+
+/// `1 - dot`, clamped at zero: cosine distance for unit vectors. hnsw_rs's own dot distance
+/// asserts `1 - dot >= 0`, which f32 rounding breaks for a vector and itself (duplicate tool
+/// texts), so the graph is built with this one.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ClampedDot;
+
+impl Distance<f32> for ClampedDot {
+    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
+        (1.0 - dot(a, b)).max(0.0)
+    }
+}
 
 /// No neighbour, in a fixed-width row of layer 0.
 const NONE: Slot = Slot::MAX;
@@ -216,7 +229,6 @@ fn prefetch(bytes: &[i8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::dense::dot;
 
     #[test]
     fn a_filtered_walk_returns_only_allowed_nodes_and_finds_the_exact_ones() {

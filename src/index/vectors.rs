@@ -122,7 +122,7 @@ impl Vectors {
 
     /// Cosine of `query` (a unit vector) and one vector, on the half-precision copy.
     pub fn similarity(&self, query: &[f32], slot: Slot) -> f32 {
-        super::dense::dot(query, &self.vector(slot))
+        crate::simd::dot(query, &self.vector(slot))
     }
 
     /// How many of a first pass's best are scored again for `k` results.
@@ -136,7 +136,7 @@ impl Vectors {
         let hits = slots
             .map(|slot| {
                 self.widen(slot, &mut buf);
-                Hit { slot, score: super::dense::dot(query, &buf) }
+                Hit { slot, score: crate::simd::dot(query, &buf) }
             })
             .collect();
         top_k(hits, k)
@@ -167,7 +167,7 @@ mod tests {
         let q = &data[..dim];
         let probe = v.probe(q);
         for slot in 0..50u32 {
-            let exact = super::super::dense::dot(q, &data[slot as usize * dim..(slot as usize + 1) * dim]);
+            let exact = crate::simd::dot(q, &data[slot as usize * dim..(slot as usize + 1) * dim]);
             let (approx, similarity) = (v.approx(&probe, slot), v.similarity(q, slot));
             assert!((approx - exact).abs() < 5e-3, "codes: {approx} vs {exact}");
             assert!((similarity - exact).abs() < 5e-4, "half: {similarity} vs {exact}");
@@ -200,10 +200,7 @@ mod tests {
         let first = v.approx_all(&v.probe(&q), 0..2000);
         let got = v.refine(&q, first, 10);
         let exact: Vec<Hit> = (0..2000u32)
-            .map(|s| Hit {
-                slot: s,
-                score: super::super::dense::dot(&q, &data[s as usize * dim..(s as usize + 1) * dim]),
-            })
+            .map(|s| Hit { slot: s, score: crate::simd::dot(&q, &data[s as usize * dim..(s as usize + 1) * dim]) })
             .collect();
         let exact = top_k(exact, 10);
         assert_eq!(got.iter().map(|h| h.slot).collect::<Vec<_>>(), exact.iter().map(|h| h.slot).collect::<Vec<_>>());

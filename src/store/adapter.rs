@@ -107,7 +107,7 @@ impl Adapter {
     }
 }
 
-use crate::index::dense::dot;
+use crate::simd::dot;
 
 /// `out (m×n) = a (m×k) · b (k×n)`, all row-major; `ta`/`tb` say `a`/`b` are stored transposed
 /// (`k×m`, `n×k`). One thread: a fit runs beside the gateway's own work.
