@@ -90,7 +90,15 @@ pub struct OwnSessionClient {
     pub adoption: Arc<Adoption>,
     pub caller: CallerHeaders,
     /// `auth = "oauth"`: told when the backend wants more scope than the grant holds.
-    pub grant: Option<Arc<super::oauth::Grant>>,
+    pub grant: Option<Arc<dyn WantsScope>>,
+}
+
+/// What hears a backend's refusal for want of scope: the backend's OAuth grant
+/// ([`super::oauth::Grant`]), so that the next login asks for it. A trait here, so that this
+/// client, which the grant's own client wraps, does not depend on the grant back.
+pub trait WantsScope: Send + Sync {
+    /// `challenge`: the refusal's `WWW-Authenticate`.
+    fn wants(&self, challenge: &str);
 }
 
 impl OwnSessionClient {

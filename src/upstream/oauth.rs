@@ -184,10 +184,12 @@ impl Grant {
             wanted: std::sync::Mutex::new(None),
         }
     }
+}
 
+impl super::adopt::WantsScope for Grant {
     /// The backend refused a request for want of scope (`challenge`: its `WWW-Authenticate`).
     /// Kept beside the grant, so that the next `toolmux login` asks for that scope too.
-    pub fn wants(&self, challenge: &str) {
+    fn wants(&self, challenge: &str) {
         let scope = scope_of(challenge);
         tracing::warn!(backend = %self.backend, scope = scope.as_deref().unwrap_or("?"), "the backend wants more scope than the grant holds; a new login is needed");
         *self.wanted.lock().expect("wanted scope") = scope;
@@ -200,7 +202,9 @@ impl Grant {
             Err(e) => tracing::warn!(backend = %self.backend, error = %e, "no folder for the wanted scope"),
         }
     }
+}
 
+impl Grant {
     /// What the last refusal for want of scope asked for, as a reason to log in again.
     pub fn wanted_scope(&self) -> Option<String> {
         self.wanted.lock().expect("wanted scope").as_ref().map(|s| format!("the backend wants scope `{s}`"))
