@@ -3,8 +3,10 @@
 //! [`Authenticator`] turns a request's `Authorization` header into a [`Caller`]: everyone is
 //! `anonymous` without authentication; a static bearer token is looked up by its sha256 digest
 //! (every configured digest compared in constant time); a JWT is verified against the issuer's
-//! keys ([`jwt`]). [`policy::Rules`] is the [`crate::session::Policy`] built from `[[policy]]`.
+//! keys ([`jwt`]). [`edge::Edge`] runs it before every request to the MCP endpoint and the
+//! console. [`policy::Rules`] is the [`crate::session::Policy`] built from `[[policy]]`.
 
+pub mod edge;
 pub mod jwt;
 pub mod policy;
 

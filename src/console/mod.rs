@@ -1,7 +1,7 @@
 //! The operator console at `/ui`: one page (HTML, CSS and JS compiled into the binary, no build
 //! step) that reads the JSON endpoints under `/ui/api/` and draws them. The page itself holds no
 //! data and needs no credentials; every endpoint is authenticated like MCP requests
-//! (`http::auth`) and answers per caller ([`views`]).
+//! (`auth::edge`) and answers per caller ([`views`]).
 //!
 //! Browser safety: on a loopback bind only local `Host` names (and `server.allowed_origins`) are
 //! served, so a web page elsewhere cannot reach the console through DNS rebinding; nothing changes
@@ -42,7 +42,7 @@ const STYLE: &str = include_str!("assets/console.css");
 
 /// The console's routes. `gate` authenticates each API request (the MCP endpoint's own check);
 /// `local_hosts` is the list of `Host` names accepted on a loopback bind (`None`: any).
-pub fn router(gw: Arc<Gateway>, gate: Arc<crate::http::auth::Edge>, local_hosts: Option<Vec<String>>) -> Router {
+pub fn router(gw: Arc<Gateway>, gate: Arc<crate::auth::edge::Edge>, local_hosts: Option<Vec<String>>) -> Router {
     let checked = axum::middleware::from_fn(move |req, next| {
         let gate = gate.clone();
         async move { gate.check(req, next).await }

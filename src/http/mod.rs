@@ -7,7 +7,6 @@
 //! `DELETE` (200 when a session ends, 404 for one that does not exist). Connection limits are
 //! [`serve`]'s.
 
-pub mod auth;
 pub mod jsonrpc;
 pub mod params;
 pub mod serve;
@@ -26,6 +25,7 @@ use axum::routing::get;
 use rmcp::transport::streamable_http_server::SessionManager;
 
 use self::sessions::Sessions;
+use crate::auth::edge;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
@@ -90,7 +90,7 @@ pub fn router(
     }
     tokio::spawn(give_back_memory(edge.sessions.clone(), ct.child_token()));
     let gate =
-        Arc::new(auth::Edge { auth: auth.1, resource_url: auth.0.resource_url.clone(), path: server.path.clone() });
+        Arc::new(edge::Edge { auth: auth.1, resource_url: auth.0.resource_url.clone(), path: server.path.clone() });
     let checked = {
         let gate = gate.clone();
         axum::middleware::from_fn(move |req, next| {
@@ -151,8 +151,8 @@ pub fn router(
         .nest_service(&server.path, mcp)
         .merge(health)
         .merge(status)
-        .route(auth::METADATA_PATH, metadata.clone())
-        .route(&format!("{}{}", auth::METADATA_PATH, server.path), metadata);
+        .route(edge::METADATA_PATH, metadata.clone())
+        .route(&format!("{}{}", edge::METADATA_PATH, server.path), metadata);
     match console {
         Some(console) => router.merge(console),
         None => router,
