@@ -139,17 +139,18 @@ unsafe fn tile<const R: usize, const G: usize, const VNNI: bool>(
 /// [`Activations::quantize`] for these kernels: per block, four ymm of floats, their largest
 /// magnitude, scaled and converted with the default rounding (to nearest, ties to even), narrowed
 /// with signed saturation (never reached: every code is within ±127), put back in order (the
-/// packs interleave 128-bit halves), and offset by 128 when `offset`.
+/// packs interleave 128-bit halves), and offset by 128 (both kernels take activations on the
+/// unsigned side).
 ///
 /// # Safety
-/// The CPU must support AVX2; `codes` holds `rows · blocks · 32` bytes (the zero code where no
-/// value is written) and `scales` `rows · blocks` floats.
+/// The CPU must support AVX2; `codes` holds `rows · blocks · 32` bytes (0x80, the zero code,
+/// where no value is written) and `scales` `rows · blocks` floats.
 #[target_feature(enable = "avx2,fma")]
-pub unsafe fn quantize(x: &[f32], rows: usize, inner: usize, offset: bool, codes: &mut [u8], scales: &mut [f32]) {
+pub unsafe fn quantize(x: &[f32], rows: usize, inner: usize, codes: &mut [u8], scales: &mut [f32]) {
     let blocks = inner.div_ceil(BLOCK);
     let stride = blocks * BLOCK;
     let sign = _mm256_set1_ps(-0.0);
-    let flip = _mm256_set1_epi8(if offset { -128 } else { 0 });
+    let flip = _mm256_set1_epi8(-128);
     let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     let mut partial: [f32; BLOCK];
     for r in 0..rows {

@@ -320,9 +320,7 @@ impl Activations {
             Kernel::Avx512Vnni => unsafe { super::vnni512::quantize(x, rows, inner, &mut codes, &mut scales) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
-            Kernel::AvxVnni | Kernel::Avx2 => unsafe {
-                super::avx2::quantize(x, rows, inner, kernel.offset(), &mut codes, &mut scales)
-            },
+            Kernel::AvxVnni | Kernel::Avx2 => unsafe { super::avx2::quantize(x, rows, inner, &mut codes, &mut scales) },
             _ => quantize_portable(x, rows, inner, kernel.offset(), &mut codes, &mut scales),
         }
         Self { codes, scales, stride }
