@@ -250,6 +250,31 @@ fn wants_file(grant: &Path) -> PathBuf {
     grant.with_extension("wants")
 }
 
+/// What a login after a refusal for want of scope (`challenge`) asks for: the configured scopes,
+/// those granted before, and those the refusal named, each once. `None` if it named none.
+fn widened_scopes(configured: &[String], granted: Vec<String>, challenge: &str) -> Option<Vec<String>> {
+    let wanted = scope_of(challenge)?;
+    let mut scopes: Vec<String> = configured.iter().cloned().chain(granted).collect();
+    scopes.extend(wanted.split_whitespace().map(str::to_string));
+    let mut seen = std::collections::HashSet::new();
+    scopes.retain(|s| seen.insert(s.clone()));
+    Some(scopes)
+}
+
+/// The scopes the grant saved at `file` holds; none when there is no grant to read.
+fn granted_scopes(file: &Path) -> Vec<String> {
+    let Some(stored) = std::fs::read(file).ok().and_then(|b| serde_json::from_slice::<StoredCredentials>(&b).ok())
+    else {
+        return Vec::new();
+    };
+    if !stored.granted_scopes.is_empty() {
+        return stored.granted_scopes;
+    }
+    // Older grants kept only the token response, whose `scope` says what was granted.
+    let response = serde_json::to_value(&stored.token_response).unwrap_or_default();
+    response["scope"].as_str().map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default()
+}
+
 /// The `scope` parameter of a `WWW-Authenticate` challenge.
 fn scope_of(challenge: &str) -> Option<String> {
     let at = challenge.find("scope=")? + "scope=".len();
@@ -303,8 +328,11 @@ pub async fn login(
         .and_then(|r| r.headers().get(http::header::WWW_AUTHENTICATE)?.to_str().ok().map(str::to_string));
 
     let file = grant_file(backend, url)?;
-    // A refusal for want of scope at run time names the scope this login must ask for.
+    // A refusal for want of scope at run time names the scope this login must ask for, beside
+    // those the grant holds and those configured: a new login asks for their union (SEP-2350),
+    // so that getting one scope never loses another.
     let wanted = std::fs::read_to_string(wants_file(&file)).ok();
+    let widened = wanted.as_deref().and_then(|c| widened_scopes(&client.scopes, granted_scopes(&file), c));
     let challenge = wanted.or(challenge);
     let mut manager = AuthorizationManager::new(url).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     manager.set_credential_store(FileStore::new(file.clone()));
@@ -318,11 +346,11 @@ pub async fn login(
     if let Some(c) = &challenge {
         request = request.with_challenge(c.clone());
     }
-    if !client.scopes.is_empty() {
-        request = request.with_scopes(client.scopes.iter().cloned());
-    } else {
-        request = request.with_initial_scope_selection();
-    }
+    request = match widened {
+        Some(scopes) => request.with_scopes(scopes),
+        None if !client.scopes.is_empty() => request.with_scopes(client.scopes.iter().cloned()),
+        None => request.with_initial_scope_selection(),
+    };
     if let Some(id) = &client.client_id {
         request = request.with_preregistered_client(id.clone());
         if let Some(secret) = &client.client_secret {
@@ -475,6 +503,18 @@ mod tests {
         assert_eq!(scope_of(c).as_deref(), Some("files:read files:write"));
         assert_eq!(scope_of("Bearer scope=admin, error=insufficient_scope").as_deref(), Some("admin"));
         assert_eq!(scope_of("Bearer error=\"invalid_token\""), None);
+    }
+
+    /// A login after a refusal asks for what the refusal named without losing what is configured
+    /// or was granted.
+    #[test]
+    fn a_login_after_a_refusal_asks_for_the_union() {
+        let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let c = r#"Bearer error="insufficient_scope", scope="files:write admin""#;
+        let asked = widened_scopes(&owned(&["files:read"]), owned(&["files:read", "profile"]), c);
+        assert_eq!(asked, Some(owned(&["files:read", "profile", "files:write", "admin"])));
+        assert_eq!(widened_scopes(&[], Vec::new(), c), Some(owned(&["files:write", "admin"])));
+        assert_eq!(widened_scopes(&owned(&["a"]), Vec::new(), "Bearer error=\"insufficient_scope\""), None);
     }
 
     #[tokio::test]

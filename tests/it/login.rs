@@ -2,7 +2,8 @@
 //! the backend's 401, dynamic registration, the browser redirect, the code exchange. What is
 //! checked is what a hostile page or server could try: a forged callback (wrong `state`) is
 //! refused while the login goes on waiting, and a login page that is not a web page (`file:`)
-//! is never handed to the system's URL opener.
+//! is never handed to the system's URL opener. And after a login, a backend that refuses a call
+//! for want of scope: the refusal names the scope, and the next login asks for it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -18,23 +19,39 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 const BIN: &str = env!("CARGO_BIN_EXE_toolmux");
 
-/// The authorization server's state: where its login page is, and the codes it exchanged.
+/// The authorization server's state: where its login page is, the scopes each login asked for
+/// and the codes it exchanged; and the MCP server its tokens are for, if any.
 #[derive(Clone)]
 struct Server {
     base: String,
     authorization_endpoint: String,
+    scopes_asked: Arc<Mutex<Vec<String>>>,
     exchanged: Arc<Mutex<Vec<String>>>,
+    /// Where `/mcp` forwards the requests that carry the access token; `None`: it only challenges.
+    backend: Option<String>,
 }
 
 /// Starts an MCP endpoint that wants OAuth (`/mcp`) and its authorization server, at one
 /// address; `page` is the login page's URL, `{base}` replaced by the server's own.
 async fn authorization_server(page: &str) -> (Server, SocketAddr) {
+    authorization_server_for(page, None).await
+}
+
+/// The same, with `/mcp` serving `backend` (an MCP endpoint's URL) to the holder of the token
+/// ([`protected`]).
+async fn authorization_server_for(page: &str, backend: Option<String>) -> (Server, SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let base = format!("http://{addr}");
-    let server = Server { authorization_endpoint: page.replace("{base}", &base), base, exchanged: Arc::default() };
+    let server = Server {
+        authorization_endpoint: page.replace("{base}", &base),
+        base,
+        scopes_asked: Arc::default(),
+        exchanged: Arc::default(),
+        backend,
+    };
     let app = Router::new()
-        .route("/mcp", post(challenge))
+        .route("/mcp", axum::routing::any(protected))
         .route("/.well-known/oauth-protected-resource/mcp", get(resource))
         .route("/.well-known/oauth-protected-resource", get(resource))
         .route("/.well-known/oauth-authorization-server", get(metadata))
@@ -46,13 +63,55 @@ async fn authorization_server(page: &str) -> (Server, SocketAddr) {
     (server, addr)
 }
 
-async fn challenge(State(s): State<Server>) -> Response {
+fn challenge(s: &Server) -> Response {
     let value = format!("Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"", s.base);
     (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, value)]).into_response()
 }
 
+/// The access token the token endpoint hands out.
+const ACCESS_TOKEN: &str = "at-1";
+/// The scope the protected resource's metadata names, which a first login asks for.
+const FIRST_SCOPE: &str = "notes:read";
+/// The backend's tool that needs a scope no login has asked for yet, and that scope.
+const GUARDED: (&str, &str) = ("remember", "notes:write");
+
+/// The MCP endpoint: without the access token, the 401 challenge; a call of the guarded tool,
+/// a 403 `insufficient_scope` naming its scope; anything else forwarded to the backend, its
+/// answer (an event stream, perhaps) streamed back.
+async fn protected(State(s): State<Server>, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let bearer = format!("Bearer {ACCESS_TOKEN}");
+    let Some(backend) =
+        s.backend.as_ref().filter(|_| parts.headers.get(header::AUTHORIZATION).is_some_and(|v| v == bearer.as_str()))
+    else {
+        return challenge(&s);
+    };
+    let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
+    let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+    if message["method"] == "tools/call" && message["params"]["name"] == GUARDED.0 {
+        let value = format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
+            GUARDED.1, s.base
+        );
+        return (StatusCode::FORBIDDEN, [(header::WWW_AUTHENTICATE, value)]).into_response();
+    }
+    let mut forward = reqwest::Client::new().request(parts.method, backend).body(body);
+    for (k, v) in &parts.headers {
+        if k != header::HOST && k != header::CONTENT_LENGTH && k != header::AUTHORIZATION {
+            forward = forward.header(k, v);
+        }
+    }
+    let answer = forward.send().await.unwrap();
+    let mut response = Response::builder().status(answer.status());
+    for (k, v) in answer.headers() {
+        response = response.header(k, v);
+    }
+    response.body(axum::body::Body::from_stream(answer.bytes_stream())).unwrap()
+}
+
 async fn resource(State(s): State<Server>) -> Json<Value> {
-    Json(json!({ "resource": format!("{}/mcp", s.base), "authorization_servers": [s.base] }))
+    let resource = format!("{}/mcp", s.base);
+    Json(json!({ "resource": resource, "authorization_servers": [s.base], "scopes_supported": [FIRST_SCOPE] }))
 }
 
 async fn metadata(State(s): State<Server>) -> Json<Value> {
@@ -80,7 +139,8 @@ async fn register(Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
 }
 
 /// The user "logs in" at once: back to the redirect URI with a code and the login's state.
-async fn authorize(Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+async fn authorize(State(s): State<Server>, Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+    s.scopes_asked.lock().unwrap().push(q.get("scope").cloned().unwrap_or_default());
     let mut to = reqwest::Url::parse(&q["redirect_uri"]).unwrap();
     to.query_pairs_mut().append_pair("code", "the-code").append_pair("state", &q["state"]);
     (StatusCode::FOUND, [(header::LOCATION, to.to_string())]).into_response()
@@ -89,7 +149,11 @@ async fn authorize(Query(q): Query<std::collections::HashMap<String, String>>) -
 async fn token(State(s): State<Server>, _h: HeaderMap, body: String) -> Json<Value> {
     let code = form_urlencoded::parse(body.as_bytes()).find(|(k, _)| k == "code").map(|(_, v)| v.into_owned());
     s.exchanged.lock().unwrap().push(code.unwrap_or_default());
-    Json(json!({ "access_token": "at-1", "token_type": "Bearer", "expires_in": 3600, "refresh_token": "rt-1" }))
+    // The scope granted is the one the login asked for.
+    let scope = s.scopes_asked.lock().unwrap().last().cloned().unwrap_or_default();
+    Json(json!({
+        "access_token": ACCESS_TOKEN, "token_type": "Bearer", "expires_in": 3600, "refresh_token": "rt-1", "scope": scope
+    }))
 }
 
 /// A configuration with one OAuth backend at `addr`, and a folder for its grant.
@@ -261,4 +325,75 @@ async fn a_call_before_the_first_login_names_the_backend_that_waits_for_one() {
         client.cancel().await.unwrap();
         app.shutdown().await;
     }
+}
+
+/// `toolmux login tracker` from start to end, the user logging in at once; returns the
+/// authorization URL it printed.
+async fn log_in(dir: &Path, config: &Path) -> reqwest::Url {
+    let mut child = login(dir, config, &["--no-browser", "--timeout", "60s"], None);
+    let (url, _) = auth_url(&mut child).await;
+    let r = reqwest::get(&url).await.unwrap();
+    assert!(r.text().await.unwrap().contains("logged in"));
+    let out =
+        tokio::time::timeout(std::time::Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    reqwest::Url::parse(&url).unwrap()
+}
+
+/// A backend that refuses a call for want of scope (403 `insufficient_scope`): the call's answer
+/// names the scope and the login that gets it, the backend's other tools go on working, and the
+/// next `toolmux login` asks the authorization server for that scope beside the one it holds.
+#[tokio::test]
+async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
+    use crate::harness::*;
+    let kit = http_backend("testkit").await;
+    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone())).await;
+    let (dir, config) = setup(addr);
+    let toml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{toml}")).unwrap();
+    let first = log_in(dir.path(), &config).await;
+    let asked = |url: &reqwest::Url| url.query_pairs().find(|(k, _)| k == "scope").map(|(_, v)| v.into_owned());
+    assert_eq!(asked(&first).as_deref(), Some(FIRST_SCOPE), "a first login asks for what the resource names");
+
+    let state = dir.path().join("state");
+    let served = Served::start_env(&config, &[], &[("TOOLMUX_CONFIG_DIR", state.to_str().unwrap())]).await;
+    let session = RawSession::open_url(&served.url).await;
+    let listed = eventually(std::time::Duration::from_secs(30), || async {
+        let tools = session.request("tools/list", json!({})).await;
+        tools["tools"].as_array().unwrap().iter().any(|t| t["name"] == "tracker_echo")
+    })
+    .await;
+    assert!(listed, "the backend's tools are listed once the grant is read");
+
+    let echoed = session.call("tracker_echo", json!({"input": "with the grant"})).await;
+    assert_eq!(echoed["isError"], json!(false), "{echoed}");
+    let refused =
+        match session.try_request("tools/call", json!({"name": "tracker_remember", "arguments": {"value": "x"}})).await
+        {
+            Ok(result) => {
+                assert_eq!(result["isError"], json!(true), "{result}");
+                result["content"][0]["text"].as_str().unwrap().to_string()
+            }
+            Err(e) => e,
+        };
+    assert!(refused.contains(&format!("scope `{}`", GUARDED.1)), "the refusal names the scope: {refused}");
+    assert!(refused.contains("toolmux login tracker"), "and the way to get it: {refused}");
+    let again = session.call("tracker_echo", json!({"input": "still"})).await;
+    assert_eq!(again["isError"], json!(false), "a refusal for want of scope leaves the session working: {again}");
+
+    let kept: Vec<PathBuf> = std::fs::read_dir(state.join("oauth"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wants"))
+        .collect();
+    assert_eq!(kept.len(), 1, "the challenge is kept beside the grant");
+    assert!(std::fs::read_to_string(&kept[0]).unwrap().contains("insufficient_scope"));
+
+    let second = log_in(dir.path(), &config).await;
+    let scope = asked(&second).unwrap_or_default();
+    let mut scopes: Vec<&str> = scope.split(' ').collect();
+    scopes.sort();
+    assert_eq!(scopes, [FIRST_SCOPE, GUARDED.1], "the next login asks for the wanted scope and keeps the granted one");
+    assert_eq!(server.scopes_asked.lock().unwrap().len(), 2);
+    assert!(!kept[0].exists(), "a login that got the scope forgets the challenge");
 }
