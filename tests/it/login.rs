@@ -2,8 +2,9 @@
 //! the backend's 401, dynamic registration, the browser redirect, the code exchange. What is
 //! checked is what a hostile page or server could try: a forged callback (wrong `state`) is
 //! refused while the login goes on waiting, and a login page that is not a web page (`file:`)
-//! is never handed to the system's URL opener. And after a login, a backend that refuses a call
-//! for want of scope: the refusal names the scope, and the next login asks for it.
+//! is never handed to the system's URL opener. And after a login, through a running gateway: an
+//! expired access token refreshed and the new grant kept, and a backend that refuses a call for
+//! want of scope: the refusal names the scope, and the next login asks for it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -19,27 +20,33 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 const BIN: &str = env!("CARGO_BIN_EXE_toolmux");
 
-/// The authorization server's state: where its login page is, the scopes each login asked for
-/// and the codes it exchanged; and the MCP server its tokens are for, if any.
+/// The authorization server's state: where its login page is, the scopes each login asked for,
+/// the codes it exchanged and the refresh tokens it was given, the access tokens it issued that
+/// are still good; and the MCP server its tokens are for, if any.
 #[derive(Clone)]
 struct Server {
     base: String,
     authorization_endpoint: String,
     scopes_asked: Arc<Mutex<Vec<String>>>,
     exchanged: Arc<Mutex<Vec<String>>>,
-    /// Where `/mcp` forwards the requests that carry the access token; `None`: it only challenges.
+    refreshed: Arc<Mutex<Vec<String>>>,
+    valid: Arc<Mutex<Vec<String>>>,
+    /// How long the access token of a login lasts (in seconds; 0: expired as it is issued).
+    login_token_lasts: u64,
+    /// Where `/mcp` forwards the requests that carry a good access token; `None`: it only
+    /// challenges.
     backend: Option<String>,
 }
 
 /// Starts an MCP endpoint that wants OAuth (`/mcp`) and its authorization server, at one
 /// address; `page` is the login page's URL, `{base}` replaced by the server's own.
 async fn authorization_server(page: &str) -> (Server, SocketAddr) {
-    authorization_server_for(page, None).await
+    authorization_server_for(page, None, 3600).await
 }
 
-/// The same, with `/mcp` serving `backend` (an MCP endpoint's URL) to the holder of the token
-/// ([`protected`]).
-async fn authorization_server_for(page: &str, backend: Option<String>) -> (Server, SocketAddr) {
+/// The same, with `/mcp` serving `backend` (an MCP endpoint's URL) to the holder of a good token
+/// ([`protected`]), and a login's access token lasting `login_token_lasts` seconds.
+async fn authorization_server_for(page: &str, backend: Option<String>, login_token_lasts: u64) -> (Server, SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let base = format!("http://{addr}");
@@ -48,6 +55,9 @@ async fn authorization_server_for(page: &str, backend: Option<String>) -> (Serve
         base,
         scopes_asked: Arc::default(),
         exchanged: Arc::default(),
+        refreshed: Arc::default(),
+        valid: Arc::default(),
+        login_token_lasts,
         backend,
     };
     let app = Router::new()
@@ -68,22 +78,19 @@ fn challenge(s: &Server) -> Response {
     (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, value)]).into_response()
 }
 
-/// The access token the token endpoint hands out.
-const ACCESS_TOKEN: &str = "at-1";
 /// The scope the protected resource's metadata names, which a first login asks for.
 const FIRST_SCOPE: &str = "notes:read";
 /// The backend's tool that needs a scope no login has asked for yet, and that scope.
 const GUARDED: (&str, &str) = ("remember", "notes:write");
 
-/// The MCP endpoint: without the access token, the 401 challenge; a call of the guarded tool,
+/// The MCP endpoint: without a good access token, the 401 challenge; a call of the guarded tool,
 /// a 403 `insufficient_scope` naming its scope; anything else forwarded to the backend, its
 /// answer (an event stream, perhaps) streamed back.
 async fn protected(State(s): State<Server>, request: axum::extract::Request) -> Response {
     let (parts, body) = request.into_parts();
-    let bearer = format!("Bearer {ACCESS_TOKEN}");
-    let Some(backend) =
-        s.backend.as_ref().filter(|_| parts.headers.get(header::AUTHORIZATION).is_some_and(|v| v == bearer.as_str()))
-    else {
+    let presented = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()?.strip_prefix("Bearer "));
+    let good = presented.is_some_and(|t| s.valid.lock().unwrap().iter().any(|v| v == t));
+    let Some(backend) = s.backend.as_ref().filter(|_| good) else {
         return challenge(&s);
     };
     let body = axum::body::to_bytes(body, 1 << 20).await.unwrap();
@@ -146,14 +153,39 @@ async fn authorize(State(s): State<Server>, Query(q): Query<std::collections::Ha
     (StatusCode::FOUND, [(header::LOCATION, to.to_string())]).into_response()
 }
 
-async fn token(State(s): State<Server>, _h: HeaderMap, body: String) -> Json<Value> {
-    let code = form_urlencoded::parse(body.as_bytes()).find(|(k, _)| k == "code").map(|(_, v)| v.into_owned());
-    s.exchanged.lock().unwrap().push(code.unwrap_or_default());
-    // The scope granted is the one the login asked for.
+/// A code or a refresh token for tokens `at-N` and `rt-N`, N counting every grant. A login's
+/// access token lasts `login_token_lasts`, a refreshed one an hour; each refresh token is good
+/// once (rotated), and the scope granted is the one the last login asked for.
+async fn token(State(s): State<Server>, _h: HeaderMap, body: String) -> Response {
+    let form: std::collections::HashMap<String, String> =
+        form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+    let lasts = match form.get("grant_type").map(String::as_str) {
+        Some("refresh_token") => {
+            let mut refreshed = s.refreshed.lock().unwrap();
+            let issued = s.exchanged.lock().unwrap().len() + refreshed.len();
+            let presented = form.get("refresh_token").cloned().unwrap_or_default();
+            if presented != format!("rt-{issued}") {
+                return (StatusCode::BAD_REQUEST, Json(json!({"error": "invalid_grant"}))).into_response();
+            }
+            refreshed.push(presented);
+            3600
+        }
+        _ => {
+            s.exchanged.lock().unwrap().push(form.get("code").cloned().unwrap_or_default());
+            s.login_token_lasts
+        }
+    };
+    let n = s.exchanged.lock().unwrap().len() + s.refreshed.lock().unwrap().len();
+    let access = format!("at-{n}");
+    if lasts > 0 {
+        s.valid.lock().unwrap().push(access.clone());
+    }
     let scope = s.scopes_asked.lock().unwrap().last().cloned().unwrap_or_default();
     Json(json!({
-        "access_token": ACCESS_TOKEN, "token_type": "Bearer", "expires_in": 3600, "refresh_token": "rt-1", "scope": scope
+        "access_token": access, "token_type": "Bearer", "expires_in": lasts, "refresh_token": format!("rt-{n}"),
+        "scope": scope
     }))
+    .into_response()
 }
 
 /// A configuration with one OAuth backend at `addr`, and a folder for its grant.
@@ -327,6 +359,29 @@ async fn a_call_before_the_first_login_names_the_backend_that_waits_for_one() {
     }
 }
 
+/// [`setup`], for a gateway in passthrough mode on a port of its own.
+fn setup_served(addr: SocketAddr) -> (tempfile::TempDir, PathBuf) {
+    let (dir, config) = setup(addr);
+    let toml = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{toml}")).unwrap();
+    (dir, config)
+}
+
+/// `toolmux serve` with its grants in `state`, and a session with it once the OAuth backend's
+/// tools are listed (the grant read and the backend connected).
+async fn serve(config: &Path, state: &Path) -> (crate::harness::Served, crate::harness::RawSession) {
+    use crate::harness::*;
+    let served = Served::start_env(config, &[], &[("TOOLMUX_CONFIG_DIR", state.to_str().unwrap())]).await;
+    let session = RawSession::open_url(&served.url).await;
+    let listed = eventually(std::time::Duration::from_secs(30), || async {
+        let tools = session.request("tools/list", json!({})).await;
+        tools["tools"].as_array().unwrap().iter().any(|t| t["name"] == "tracker_echo")
+    })
+    .await;
+    assert!(listed, "the backend's tools are listed once the grant is read");
+    (served, session)
+}
+
 /// `toolmux login tracker` from start to end, the user logging in at once; returns the
 /// authorization URL it printed.
 async fn log_in(dir: &Path, config: &Path) -> reqwest::Url {
@@ -347,24 +402,14 @@ async fn log_in(dir: &Path, config: &Path) -> reqwest::Url {
 async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
     use crate::harness::*;
     let kit = http_backend("testkit").await;
-    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone())).await;
-    let (dir, config) = setup(addr);
-    let toml = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, format!("[server]\nlisten = \"127.0.0.1:0\"\nmode = \"passthrough\"\n{toml}")).unwrap();
+    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 3600).await;
+    let (dir, config) = setup_served(addr);
     let first = log_in(dir.path(), &config).await;
     let asked = |url: &reqwest::Url| url.query_pairs().find(|(k, _)| k == "scope").map(|(_, v)| v.into_owned());
     assert_eq!(asked(&first).as_deref(), Some(FIRST_SCOPE), "a first login asks for what the resource names");
 
     let state = dir.path().join("state");
-    let served = Served::start_env(&config, &[], &[("TOOLMUX_CONFIG_DIR", state.to_str().unwrap())]).await;
-    let session = RawSession::open_url(&served.url).await;
-    let listed = eventually(std::time::Duration::from_secs(30), || async {
-        let tools = session.request("tools/list", json!({})).await;
-        tools["tools"].as_array().unwrap().iter().any(|t| t["name"] == "tracker_echo")
-    })
-    .await;
-    assert!(listed, "the backend's tools are listed once the grant is read");
-
+    let (_served, session) = serve(&config, &state).await;
     let echoed = session.call("tracker_echo", json!({"input": "with the grant"})).await;
     assert_eq!(echoed["isError"], json!(false), "{echoed}");
     let refused =
@@ -396,4 +441,36 @@ async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
     assert_eq!(scopes, [FIRST_SCOPE, GUARDED.1], "the next login asks for the wanted scope and keeps the granted one");
     assert_eq!(server.scopes_asked.lock().unwrap().len(), 2);
     assert!(!kept[0].exists(), "a login that got the scope forgets the challenge");
+}
+
+/// An access token that has expired is refreshed before the backend is asked (the backend never
+/// sees it), the refreshed grant is saved whole, and a gateway started later uses the saved
+/// token without refreshing again.
+#[tokio::test]
+async fn an_expired_access_token_is_refreshed_and_the_refreshed_grant_kept() {
+    use crate::harness::*;
+    let kit = http_backend("testkit").await;
+    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 0).await;
+    let (dir, config) = setup_served(addr);
+    log_in(dir.path(), &config).await;
+    let state = dir.path().join("state");
+    {
+        let (_served, session) = serve(&config, &state).await;
+        let echoed = session.call("tracker_echo", json!({"input": "refreshed"})).await;
+        assert_eq!(echoed["isError"], json!(false), "{echoed}");
+    }
+    assert_eq!(*server.refreshed.lock().unwrap(), ["rt-1"], "the login's expired token was refreshed, once");
+    let grants: Vec<PathBuf> = std::fs::read_dir(state.join("oauth"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(grants.len(), 1);
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&grants[0]).unwrap()).unwrap();
+    assert_eq!(saved["token_response"]["refresh_token"], "rt-2", "the refreshed grant is saved: {saved}");
+
+    let (_served, session) = serve(&config, &state).await;
+    let echoed = session.call("tracker_echo", json!({"input": "after a restart"})).await;
+    assert_eq!(echoed["isError"], json!(false), "{echoed}");
+    assert_eq!(server.refreshed.lock().unwrap().len(), 1, "the saved access token was still good");
 }
