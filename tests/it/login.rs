@@ -21,8 +21,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 const BIN: &str = env!("CARGO_BIN_EXE_toolmux");
 
 /// The authorization server's state: where its login page is, the scopes each login asked for,
-/// the codes it exchanged and the refresh tokens it was given, the access tokens it issued that
-/// are still good; and the MCP server its tokens are for, if any.
+/// the codes it exchanged, the refresh tokens presented and those it took, the access tokens it
+/// issued that are still good; and the MCP server its tokens are for, if any.
 #[derive(Clone)]
 struct Server {
     base: String,
@@ -30,9 +30,10 @@ struct Server {
     scopes_asked: Arc<Mutex<Vec<String>>>,
     exchanged: Arc<Mutex<Vec<String>>>,
     refreshed: Arc<Mutex<Vec<String>>>,
+    /// Every refresh token presented, good or not.
+    presented: Arc<Mutex<Vec<String>>>,
     valid: Arc<Mutex<Vec<String>>>,
-    /// How long the access token of a login lasts (in seconds; 0: expired as it is issued).
-    login_token_lasts: u64,
+    tokens: Tokens,
     /// Where `/mcp` forwards the requests that carry a good access token; `None`: it only
     /// challenges.
     backend: Option<String>,
@@ -41,12 +42,12 @@ struct Server {
 /// Starts an MCP endpoint that wants OAuth (`/mcp`) and its authorization server, at one
 /// address; `page` is the login page's URL, `{base}` replaced by the server's own.
 async fn authorization_server(page: &str) -> (Server, SocketAddr) {
-    authorization_server_for(page, None, 3600).await
+    authorization_server_for(page, None, Tokens::LAST).await
 }
 
 /// The same, with `/mcp` serving `backend` (an MCP endpoint's URL) to the holder of a good token
-/// ([`protected`]), and a login's access token lasting `login_token_lasts` seconds.
-async fn authorization_server_for(page: &str, backend: Option<String>, login_token_lasts: u64) -> (Server, SocketAddr) {
+/// ([`protected`]), issuing `tokens`.
+async fn authorization_server_for(page: &str, backend: Option<String>, tokens: Tokens) -> (Server, SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let base = format!("http://{addr}");
@@ -56,8 +57,9 @@ async fn authorization_server_for(page: &str, backend: Option<String>, login_tok
         scopes_asked: Arc::default(),
         exchanged: Arc::default(),
         refreshed: Arc::default(),
+        presented: Arc::default(),
         valid: Arc::default(),
-        login_token_lasts,
+        tokens,
         backend,
     };
     let app = Router::new()
@@ -153,8 +155,22 @@ async fn authorize(State(s): State<Server>, Query(q): Query<std::collections::Ha
     (StatusCode::FOUND, [(header::LOCATION, to.to_string())]).into_response()
 }
 
+/// How the authorization server issues tokens.
+#[derive(Clone, Copy)]
+struct Tokens {
+    /// How long the access token of a login lasts (in seconds; 0: expired as it is issued).
+    login_lasts: u64,
+    /// Whether it refuses every refresh token (`invalid_grant`), as after a revocation.
+    refuses_refresh: bool,
+}
+
+impl Tokens {
+    /// A login's tokens last an hour.
+    const LAST: Tokens = Tokens { login_lasts: 3600, refuses_refresh: false };
+}
+
 /// A code or a refresh token for tokens `at-N` and `rt-N`, N counting every grant. A login's
-/// access token lasts `login_token_lasts`, a refreshed one an hour; each refresh token is good
+/// access token lasts `tokens.login_lasts`, a refreshed one an hour; each refresh token is good
 /// once (rotated), and the scope granted is the one the last login asked for.
 async fn token(State(s): State<Server>, _h: HeaderMap, body: String) -> Response {
     let form: std::collections::HashMap<String, String> =
@@ -164,7 +180,8 @@ async fn token(State(s): State<Server>, _h: HeaderMap, body: String) -> Response
             let mut refreshed = s.refreshed.lock().unwrap();
             let issued = s.exchanged.lock().unwrap().len() + refreshed.len();
             let presented = form.get("refresh_token").cloned().unwrap_or_default();
-            if presented != format!("rt-{issued}") {
+            s.presented.lock().unwrap().push(presented.clone());
+            if s.tokens.refuses_refresh || presented != format!("rt-{issued}") {
                 return (StatusCode::BAD_REQUEST, Json(json!({"error": "invalid_grant"}))).into_response();
             }
             refreshed.push(presented);
@@ -172,7 +189,7 @@ async fn token(State(s): State<Server>, _h: HeaderMap, body: String) -> Response
         }
         _ => {
             s.exchanged.lock().unwrap().push(form.get("code").cloned().unwrap_or_default());
-            s.login_token_lasts
+            s.tokens.login_lasts
         }
     };
     let n = s.exchanged.lock().unwrap().len() + s.refreshed.lock().unwrap().len();
@@ -402,7 +419,7 @@ async fn log_in(dir: &Path, config: &Path) -> reqwest::Url {
 async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
     use crate::harness::*;
     let kit = http_backend("testkit").await;
-    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 3600).await;
+    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), Tokens::LAST).await;
     let (dir, config) = setup_served(addr);
     let first = log_in(dir.path(), &config).await;
     let asked = |url: &reqwest::Url| url.query_pairs().find(|(k, _)| k == "scope").map(|(_, v)| v.into_owned());
@@ -450,7 +467,8 @@ async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
 async fn an_expired_access_token_is_refreshed_and_the_refreshed_grant_kept() {
     use crate::harness::*;
     let kit = http_backend("testkit").await;
-    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 0).await;
+    let expired = Tokens { login_lasts: 0, refuses_refresh: false };
+    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), expired).await;
     let (dir, config) = setup_served(addr);
     log_in(dir.path(), &config).await;
     let state = dir.path().join("state");
@@ -473,4 +491,45 @@ async fn an_expired_access_token_is_refreshed_and_the_refreshed_grant_kept() {
     let echoed = session.call("tracker_echo", json!({"input": "after a restart"})).await;
     assert_eq!(echoed["isError"], json!(false), "{echoed}");
     assert_eq!(server.refreshed.lock().unwrap().len(), 1, "the saved access token was still good");
+}
+
+/// A refresh token the authorization server refuses (`invalid_grant`, as after a revocation) is
+/// dropped from the grant (the client registration stays), never sent again, and the backend
+/// waits for a login that `/status` and a call of its tool name.
+#[tokio::test]
+async fn a_refused_refresh_token_leaves_the_backend_waiting_for_a_login() {
+    use crate::harness::*;
+    let kit = http_backend("testkit").await;
+    let revoked = Tokens { login_lasts: 0, refuses_refresh: true };
+    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), revoked).await;
+    let (dir, config) = setup_served(addr);
+    log_in(dir.path(), &config).await;
+    let state = dir.path().join("state");
+    let served = Served::start_env(&config, &[], &[("TOOLMUX_CONFIG_DIR", state.to_str().unwrap())]).await;
+    let waiting = eventually(std::time::Duration::from_secs(30), || async {
+        let backends = served.status().await["backends"].clone();
+        let tracker = backends.as_array().into_iter().flatten().find(|b| b["name"] == "tracker").cloned();
+        tracker.is_some_and(|t| t.to_string().contains("toolmux login tracker"))
+    })
+    .await;
+    assert!(waiting, "/status says the backend waits for a login: {}", served.status().await);
+    let grant: Vec<PathBuf> = std::fs::read_dir(state.join("oauth"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&grant[0]).unwrap()).unwrap();
+    assert!(saved["token_response"].is_null(), "the refused tokens are dropped: {saved}");
+    assert_eq!(saved["client_id"], "login-test-client", "the client registration stays");
+    assert_eq!(*server.presented.lock().unwrap(), ["rt-1"], "the login's refresh token was tried");
+
+    let session = RawSession::open_url(&served.url).await;
+    let said =
+        match session.try_request("tools/call", json!({"name": "tracker_echo", "arguments": {"input": "x"}})).await {
+            Ok(result) => result.to_string(),
+            Err(e) => e,
+        };
+    assert!(said.contains("toolmux login tracker"), "a call names the login: {said}");
+    assert_eq!(*server.presented.lock().unwrap(), ["rt-1"], "the refused refresh token is never sent again");
+    assert!(server.refreshed.lock().unwrap().is_empty());
 }
