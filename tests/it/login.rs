@@ -426,7 +426,7 @@ async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
     assert_eq!(asked(&first).as_deref(), Some(FIRST_SCOPE), "a first login asks for what the resource names");
 
     let state = dir.path().join("state");
-    let (_served, session) = serve(&config, &state).await;
+    let (served, session) = serve(&config, &state).await;
     let echoed = session.call("tracker_echo", json!({"input": "with the grant"})).await;
     assert_eq!(echoed["isError"], json!(false), "{echoed}");
     let refused =
@@ -440,6 +440,9 @@ async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
         };
     assert!(refused.contains(&format!("scope `{}`", GUARDED.1)), "the refusal names the scope: {refused}");
     assert!(refused.contains("toolmux login tracker"), "and the way to get it: {refused}");
+    let status = served.status().await;
+    let tracker = status["backends"].as_array().unwrap().iter().find(|b| b["name"] == "tracker").unwrap().to_string();
+    assert!(tracker.contains(GUARDED.1), "/status says at once what the backend wants: {tracker}");
     let again = session.call("tracker_echo", json!({"input": "still"})).await;
     assert_eq!(again["isError"], json!(false), "a refusal for want of scope leaves the session working: {again}");
 
