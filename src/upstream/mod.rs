@@ -484,8 +484,24 @@ impl Backend {
             _ = ct.cancelled() => Err(CallError::Cancelled),
             r = tokio::time::timeout(timeout, f(link.peer.clone())) => match r {
                 Err(_) => Err(CallError::Timeout { backend: self.name().to_string(), after: timeout }),
-                Ok(r) => r.map_err(|e| self.map_error(link, e)),
+                Ok(Ok(r)) => {
+                    self.answered();
+                    Ok(r)
+                }
+                Ok(Err(e)) => Err(self.map_error(link, e)),
             },
+        }
+    }
+
+    /// A request was answered, so the backend takes the grant: if it waited for a login, someone
+    /// gave it one, and it waits no more (unless a refusal for want of scope still waits for the
+    /// login that asks for that scope).
+    fn answered(&self) {
+        let Some(grant) = &self.grant else { return };
+        let mut needed = self.login_needed.lock().expect("login flag");
+        if needed.is_some() && grant.settled() {
+            tracing::info!(backend = self.name(), "the backend takes the grant again");
+            *needed = None;
         }
     }
 
@@ -537,6 +553,9 @@ impl Backend {
         if !matches!(outcome, Err(CallError::Cancelled | CallError::Timeout { .. })) {
             // Answered (with a result or an error), or the connection is gone.
             outstanding.answered();
+        }
+        if outcome.is_ok() {
+            self.answered();
         }
         match outcome {
             Ok(ServerResult::CallToolResult(r)) => Ok(Answer::Complete(r)),
@@ -656,7 +675,10 @@ impl Backend {
         let outcome = match tokio::time::timeout(timeout, link.peer.send_request(request)).await {
             Err(_) => Err(CallError::Timeout { backend: self.name().to_string(), after: timeout }),
             Ok(Err(e)) => Err(self.map_error(&link, e)),
-            Ok(Ok(_)) => Ok(start.elapsed()),
+            Ok(Ok(_)) => {
+                self.answered();
+                Ok(start.elapsed())
+            }
         };
         if outcome.is_err() {
             self.mark_suspect();

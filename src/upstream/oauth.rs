@@ -210,6 +210,16 @@ impl Grant {
         self.wanted.lock().expect("wanted scope").as_ref().map(|s| format!("the backend wants scope `{s}`"))
     }
 
+    /// Whether no refusal for want of scope waits for a login any more (the login that asks for
+    /// the scope removes the challenge it kept); the scope wanted is then forgotten.
+    pub fn settled(&self) -> bool {
+        let pending = grant_file(&self.backend, &self.url).is_ok_and(|f| wants_file(&f).exists());
+        if !pending {
+            *self.wanted.lock().expect("wanted scope") = None;
+        }
+        !pending
+    }
+
     /// `http` wrapped to carry the grant; [`NeedsLogin`] when there is none.
     pub async fn wrap(self: &Arc<Self>, http: OwnSessionClient) -> anyhow::Result<AuthClient<OwnSessionClient>> {
         let mut cached = self.client.lock().await;

@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Query, State};
@@ -33,7 +34,10 @@ struct Server {
     /// Every refresh token presented, good or not.
     presented: Arc<Mutex<Vec<String>>>,
     valid: Arc<Mutex<Vec<String>>>,
-    tokens: Tokens,
+    /// How long the access token of a login lasts (in seconds; 0: expired as it is issued).
+    login_token_lasts: u64,
+    /// Whether it refuses every refresh token (`invalid_grant`), as after a revocation.
+    refuses_refresh: Arc<AtomicBool>,
     /// Where `/mcp` forwards the requests that carry a good access token; `None`: it only
     /// challenges.
     backend: Option<String>,
@@ -42,12 +46,12 @@ struct Server {
 /// Starts an MCP endpoint that wants OAuth (`/mcp`) and its authorization server, at one
 /// address; `page` is the login page's URL, `{base}` replaced by the server's own.
 async fn authorization_server(page: &str) -> (Server, SocketAddr) {
-    authorization_server_for(page, None, Tokens::LAST).await
+    authorization_server_for(page, None, 3600).await
 }
 
 /// The same, with `/mcp` serving `backend` (an MCP endpoint's URL) to the holder of a good token
-/// ([`protected`]), issuing `tokens`.
-async fn authorization_server_for(page: &str, backend: Option<String>, tokens: Tokens) -> (Server, SocketAddr) {
+/// ([`protected`]), and a login's access token lasting `login_token_lasts` seconds.
+async fn authorization_server_for(page: &str, backend: Option<String>, login_token_lasts: u64) -> (Server, SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let base = format!("http://{addr}");
@@ -59,7 +63,8 @@ async fn authorization_server_for(page: &str, backend: Option<String>, tokens: T
         refreshed: Arc::default(),
         presented: Arc::default(),
         valid: Arc::default(),
-        tokens,
+        login_token_lasts,
+        refuses_refresh: Arc::default(),
         backend,
     };
     let app = Router::new()
@@ -155,22 +160,8 @@ async fn authorize(State(s): State<Server>, Query(q): Query<std::collections::Ha
     (StatusCode::FOUND, [(header::LOCATION, to.to_string())]).into_response()
 }
 
-/// How the authorization server issues tokens.
-#[derive(Clone, Copy)]
-struct Tokens {
-    /// How long the access token of a login lasts (in seconds; 0: expired as it is issued).
-    login_lasts: u64,
-    /// Whether it refuses every refresh token (`invalid_grant`), as after a revocation.
-    refuses_refresh: bool,
-}
-
-impl Tokens {
-    /// A login's tokens last an hour.
-    const LAST: Tokens = Tokens { login_lasts: 3600, refuses_refresh: false };
-}
-
 /// A code or a refresh token for tokens `at-N` and `rt-N`, N counting every grant. A login's
-/// access token lasts `tokens.login_lasts`, a refreshed one an hour; each refresh token is good
+/// access token lasts `login_token_lasts`, a refreshed one an hour; each refresh token is good
 /// once (rotated), and the scope granted is the one the last login asked for.
 async fn token(State(s): State<Server>, _h: HeaderMap, body: String) -> Response {
     let form: std::collections::HashMap<String, String> =
@@ -181,7 +172,7 @@ async fn token(State(s): State<Server>, _h: HeaderMap, body: String) -> Response
             let issued = s.exchanged.lock().unwrap().len() + refreshed.len();
             let presented = form.get("refresh_token").cloned().unwrap_or_default();
             s.presented.lock().unwrap().push(presented.clone());
-            if s.tokens.refuses_refresh || presented != format!("rt-{issued}") {
+            if s.refuses_refresh.load(Ordering::Relaxed) || presented != format!("rt-{issued}") {
                 return (StatusCode::BAD_REQUEST, Json(json!({"error": "invalid_grant"}))).into_response();
             }
             refreshed.push(presented);
@@ -189,7 +180,7 @@ async fn token(State(s): State<Server>, _h: HeaderMap, body: String) -> Response
         }
         _ => {
             s.exchanged.lock().unwrap().push(form.get("code").cloned().unwrap_or_default());
-            s.tokens.login_lasts
+            s.login_token_lasts
         }
     };
     let n = s.exchanged.lock().unwrap().len() + s.refreshed.lock().unwrap().len();
@@ -419,7 +410,7 @@ async fn log_in(dir: &Path, config: &Path) -> reqwest::Url {
 async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
     use crate::harness::*;
     let kit = http_backend("testkit").await;
-    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), Tokens::LAST).await;
+    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 3600).await;
     let (dir, config) = setup_served(addr);
     let first = log_in(dir.path(), &config).await;
     let asked = |url: &reqwest::Url| url.query_pairs().find(|(k, _)| k == "scope").map(|(_, v)| v.into_owned());
@@ -454,6 +445,13 @@ async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
     assert_eq!(kept.len(), 1, "the challenge is kept beside the grant");
     assert!(std::fs::read_to_string(&kept[0]).unwrap().contains("insufficient_scope"));
 
+    let unknown = || async {
+        let r = session.try_request("tools/call", json!({"name": "tracker_nope", "arguments": {}})).await;
+        r.expect_err("no such tool")
+    };
+    let said = unknown().await;
+    assert!(said.contains("toolmux login tracker"), "other tools working does not end the wait for the scope: {said}");
+
     let second = log_in(dir.path(), &config).await;
     let scope = asked(&second).unwrap_or_default();
     let mut scopes: Vec<&str> = scope.split(' ').collect();
@@ -461,6 +459,10 @@ async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
     assert_eq!(scopes, [FIRST_SCOPE, GUARDED.1], "the next login asks for the wanted scope and keeps the granted one");
     assert_eq!(server.scopes_asked.lock().unwrap().len(), 2);
     assert!(!kept[0].exists(), "a login that got the scope forgets the challenge");
+    let after = session.call("tracker_echo", json!({"input": "after the login"})).await;
+    assert_eq!(after["isError"], json!(false), "{after}");
+    let said = unknown().await;
+    assert!(!said.contains("toolmux login tracker"), "once the login was given, the wait ends: {said}");
 }
 
 /// An access token that has expired is refreshed before the backend is asked (the backend never
@@ -470,8 +472,7 @@ async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
 async fn an_expired_access_token_is_refreshed_and_the_refreshed_grant_kept() {
     use crate::harness::*;
     let kit = http_backend("testkit").await;
-    let expired = Tokens { login_lasts: 0, refuses_refresh: false };
-    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), expired).await;
+    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 0).await;
     let (dir, config) = setup_served(addr);
     log_in(dir.path(), &config).await;
     let state = dir.path().join("state");
@@ -503,8 +504,8 @@ async fn an_expired_access_token_is_refreshed_and_the_refreshed_grant_kept() {
 async fn a_refused_refresh_token_leaves_the_backend_waiting_for_a_login() {
     use crate::harness::*;
     let kit = http_backend("testkit").await;
-    let revoked = Tokens { login_lasts: 0, refuses_refresh: true };
-    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), revoked).await;
+    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 0).await;
+    server.refuses_refresh.store(true, Ordering::Relaxed);
     let (dir, config) = setup_served(addr);
     log_in(dir.path(), &config).await;
     let state = dir.path().join("state");
@@ -535,4 +536,49 @@ async fn a_refused_refresh_token_leaves_the_backend_waiting_for_a_login() {
     assert!(said.contains("toolmux login tracker"), "a call names the login: {said}");
     assert_eq!(*server.presented.lock().unwrap(), ["rt-1"], "the refused refresh token is never sent again");
     assert!(server.refreshed.lock().unwrap().is_empty());
+}
+
+/// While the gateway runs: an access token the backend stops taking is refreshed and the call
+/// goes through; a grant revoked whole (its refresh token refused too) makes the next call an
+/// error naming the login, `/status` says the backend waits for one, and once the user logs in
+/// again the running gateway uses the new grant, with no restart.
+#[tokio::test]
+async fn a_grant_revoked_at_run_time_is_named_and_a_new_login_is_used_without_a_restart() {
+    use crate::harness::*;
+    let kit = http_backend("testkit").await;
+    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 3600).await;
+    let (dir, config) = setup_served(addr);
+    log_in(dir.path(), &config).await;
+    let state = dir.path().join("state");
+    let (served, session) = serve(&config, &state).await;
+    let echo = || session.try_request("tools/call", json!({"name": "tracker_echo", "arguments": {"input": "x"}}));
+    assert_eq!(echo().await.unwrap()["isError"], json!(false));
+
+    server.valid.lock().unwrap().clear();
+    assert_eq!(echo().await.unwrap()["isError"], json!(false), "a refused access token is refreshed");
+    assert_eq!(*server.refreshed.lock().unwrap(), ["rt-1"]);
+
+    server.valid.lock().unwrap().clear();
+    server.refuses_refresh.store(true, Ordering::Relaxed);
+    let said = match echo().await {
+        Ok(result) => result.to_string(),
+        Err(e) => e,
+    };
+    assert!(said.contains("toolmux login tracker"), "the call names the login: {said}");
+    let waiting = |status: Value| {
+        let backends = status["backends"].as_array().cloned().unwrap_or_default();
+        backends.iter().any(|b| b["name"] == "tracker" && b.to_string().contains("toolmux login tracker"))
+    };
+    assert!(waiting(served.status().await), "/status says so at once: {}", served.status().await);
+
+    server.refuses_refresh.store(false, Ordering::Relaxed);
+    log_in(dir.path(), &config).await;
+    let back = eventually(std::time::Duration::from_secs(60), || async {
+        echo().await.is_ok_and(|r| r["isError"] == json!(false))
+    })
+    .await;
+    assert!(back, "the running gateway uses the new grant");
+    let unknown = session.try_request("tools/call", json!({"name": "tracker_nope", "arguments": {}})).await;
+    let said = unknown.expect_err("no such tool");
+    assert!(!said.contains("toolmux login tracker"), "the backend no longer waits for a login: {said}");
 }
