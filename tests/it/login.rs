@@ -403,20 +403,40 @@ async fn log_in(dir: &Path, config: &Path) -> reqwest::Url {
     reqwest::Url::parse(&url).unwrap()
 }
 
+/// A gateway's configuration with one OAuth backend (testkit's tools, behind [`protected`]),
+/// whose user logged in once; a login's access token lasts `login_token_lasts` seconds.
+struct LoggedIn {
+    server: Server,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    /// The gateway's state folder, where the grant is.
+    state: PathBuf,
+    /// The first login's authorization URL.
+    first: reqwest::Url,
+    _kit: crate::harness::HttpBackend,
+}
+
+impl LoggedIn {
+    async fn new(login_token_lasts: u64) -> Self {
+        let kit = crate::harness::http_backend("testkit").await;
+        let (server, addr) =
+            authorization_server_for("{base}/authorize", Some(kit.url.clone()), login_token_lasts).await;
+        let (dir, config) = setup_served(addr);
+        let first = log_in(dir.path(), &config).await;
+        let state = dir.path().join("state");
+        Self { server, dir, config, state, first, _kit: kit }
+    }
+}
+
 /// A backend that refuses a call for want of scope (403 `insufficient_scope`): the call's answer
 /// names the scope and the login that gets it, the backend's other tools go on working, and the
 /// next `toolmux login` asks the authorization server for that scope beside the one it holds.
 #[tokio::test]
 async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
-    use crate::harness::*;
-    let kit = http_backend("testkit").await;
-    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 3600).await;
-    let (dir, config) = setup_served(addr);
-    let first = log_in(dir.path(), &config).await;
+    let LoggedIn { server, dir, config, state, first, _kit } = LoggedIn::new(3600).await;
     let asked = |url: &reqwest::Url| url.query_pairs().find(|(k, _)| k == "scope").map(|(_, v)| v.into_owned());
     assert_eq!(asked(&first).as_deref(), Some(FIRST_SCOPE), "a first login asks for what the resource names");
 
-    let state = dir.path().join("state");
     let (served, session) = serve(&config, &state).await;
     let echoed = session.call("tracker_echo", json!({"input": "with the grant"})).await;
     assert_eq!(echoed["isError"], json!(false), "{echoed}");
@@ -470,12 +490,7 @@ async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
 /// token without refreshing again.
 #[tokio::test]
 async fn an_expired_access_token_is_refreshed_and_the_refreshed_grant_kept() {
-    use crate::harness::*;
-    let kit = http_backend("testkit").await;
-    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 0).await;
-    let (dir, config) = setup_served(addr);
-    log_in(dir.path(), &config).await;
-    let state = dir.path().join("state");
+    let LoggedIn { server, config, state, dir: _dir, _kit, .. } = LoggedIn::new(0).await;
     {
         let (_served, session) = serve(&config, &state).await;
         let echoed = session.call("tracker_echo", json!({"input": "refreshed"})).await;
@@ -503,12 +518,8 @@ async fn an_expired_access_token_is_refreshed_and_the_refreshed_grant_kept() {
 #[tokio::test]
 async fn a_refused_refresh_token_leaves_the_backend_waiting_for_a_login() {
     use crate::harness::*;
-    let kit = http_backend("testkit").await;
-    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 0).await;
+    let LoggedIn { server, config, state, dir: _dir, _kit, .. } = LoggedIn::new(0).await;
     server.refuses_refresh.store(true, Ordering::Relaxed);
-    let (dir, config) = setup_served(addr);
-    log_in(dir.path(), &config).await;
-    let state = dir.path().join("state");
     let served = Served::start_env(&config, &[], &[("TOOLMUX_CONFIG_DIR", state.to_str().unwrap())]).await;
     let waiting = eventually(std::time::Duration::from_secs(30), || async {
         let backends = served.status().await["backends"].clone();
@@ -544,12 +555,7 @@ async fn a_refused_refresh_token_leaves_the_backend_waiting_for_a_login() {
 /// again the running gateway uses the new grant, with no restart.
 #[tokio::test]
 async fn a_grant_revoked_at_run_time_is_named_and_a_new_login_is_used_without_a_restart() {
-    use crate::harness::*;
-    let kit = http_backend("testkit").await;
-    let (server, addr) = authorization_server_for("{base}/authorize", Some(kit.url.clone()), 3600).await;
-    let (dir, config) = setup_served(addr);
-    log_in(dir.path(), &config).await;
-    let state = dir.path().join("state");
+    let LoggedIn { server, dir, config, state, _kit, .. } = LoggedIn::new(3600).await;
     let (served, session) = serve(&config, &state).await;
     let echo = || session.try_request("tools/call", json!({"name": "tracker_echo", "arguments": {"input": "x"}}));
     assert_eq!(echo().await.unwrap()["isError"], json!(false));
@@ -573,7 +579,7 @@ async fn a_grant_revoked_at_run_time_is_named_and_a_new_login_is_used_without_a_
 
     server.refuses_refresh.store(false, Ordering::Relaxed);
     log_in(dir.path(), &config).await;
-    let back = eventually(std::time::Duration::from_secs(60), || async {
+    let back = crate::harness::eventually(std::time::Duration::from_secs(60), || async {
         echo().await.is_ok_and(|r| r["isError"] == json!(false))
     })
     .await;
