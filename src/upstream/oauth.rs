@@ -280,7 +280,8 @@ fn granted_scopes(file: &Path) -> Vec<String> {
     if !stored.granted_scopes.is_empty() {
         return stored.granted_scopes;
     }
-    // Older grants kept only the token response, whose `scope` says what was granted.
+    // A grant saved without its scopes (an older file, or a server that named none at the time):
+    // the token response's `scope`, if any, says what was granted.
     let response = serde_json::to_value(&stored.token_response).unwrap_or_default();
     response["scope"].as_str().map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default()
 }
