@@ -428,6 +428,40 @@ impl LoggedIn {
     }
 }
 
+/// The files `*.{ext}` in a gateway's OAuth folder (`json`: grants; `wants`: kept challenges).
+fn oauth_files(state: &Path, ext: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(state.join("oauth"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect()
+}
+
+/// The one grant in a gateway's OAuth folder, as saved.
+fn saved_grant(state: &Path) -> Value {
+    let grants = oauth_files(state, "json");
+    assert_eq!(grants.len(), 1, "{grants:?}");
+    serde_json::from_str(&std::fs::read_to_string(&grants[0]).unwrap()).unwrap()
+}
+
+/// The OAuth backend's row of `/status`, as text (empty when it has none).
+fn tracker_row(status: &Value) -> String {
+    let backends = status["backends"].as_array().into_iter().flatten();
+    backends.filter(|b| b["name"] == "tracker").map(Value::to_string).collect()
+}
+
+/// What a client is told: a call's result or a JSON-RPC error, as text.
+fn answer_text(answer: Result<Value, String>) -> String {
+    answer.map_or_else(|e| e, |result| result.to_string())
+}
+
+/// What a call of a tool the backend does not have is told (it names the backends that wait for
+/// a login).
+async fn told_of_an_unknown_tool(session: &crate::harness::RawSession) -> String {
+    let r = session.try_request("tools/call", json!({"name": "tracker_nope", "arguments": {}})).await;
+    r.expect_err("no such tool")
+}
+
 /// A backend that refuses a call for want of scope (403 `insufficient_scope`): the call's answer
 /// names the scope and the login that gets it, the backend's other tools go on working, and the
 /// next `toolmux login` asks the authorization server for that scope beside the one it holds.
@@ -451,25 +485,16 @@ async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
         };
     assert!(refused.contains(&format!("scope `{}`", GUARDED.1)), "the refusal names the scope: {refused}");
     assert!(refused.contains("toolmux login tracker"), "and the way to get it: {refused}");
-    let status = served.status().await;
-    let tracker = status["backends"].as_array().unwrap().iter().find(|b| b["name"] == "tracker").unwrap().to_string();
+    let tracker = tracker_row(&served.status().await);
     assert!(tracker.contains(GUARDED.1), "/status says at once what the backend wants: {tracker}");
     let again = session.call("tracker_echo", json!({"input": "still"})).await;
     assert_eq!(again["isError"], json!(false), "a refusal for want of scope leaves the session working: {again}");
 
-    let kept: Vec<PathBuf> = std::fs::read_dir(state.join("oauth"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "wants"))
-        .collect();
+    let kept = oauth_files(&state, "wants");
     assert_eq!(kept.len(), 1, "the challenge is kept beside the grant");
     assert!(std::fs::read_to_string(&kept[0]).unwrap().contains("insufficient_scope"));
 
-    let unknown = || async {
-        let r = session.try_request("tools/call", json!({"name": "tracker_nope", "arguments": {}})).await;
-        r.expect_err("no such tool")
-    };
-    let said = unknown().await;
+    let said = told_of_an_unknown_tool(&session).await;
     assert!(said.contains("toolmux login tracker"), "other tools working does not end the wait for the scope: {said}");
 
     let second = log_in(dir.path(), &config).await;
@@ -481,7 +506,7 @@ async fn a_refusal_for_want_of_scope_is_named_and_the_next_login_asks_for_it() {
     assert!(!kept[0].exists(), "a login that got the scope forgets the challenge");
     let after = session.call("tracker_echo", json!({"input": "after the login"})).await;
     assert_eq!(after["isError"], json!(false), "{after}");
-    let said = unknown().await;
+    let said = told_of_an_unknown_tool(&session).await;
     assert!(!said.contains("toolmux login tracker"), "once the login was given, the wait ends: {said}");
 }
 
@@ -497,13 +522,7 @@ async fn an_expired_access_token_is_refreshed_and_the_refreshed_grant_kept() {
         assert_eq!(echoed["isError"], json!(false), "{echoed}");
     }
     assert_eq!(*server.refreshed.lock().unwrap(), ["rt-1"], "the login's expired token was refreshed, once");
-    let grants: Vec<PathBuf> = std::fs::read_dir(state.join("oauth"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    assert_eq!(grants.len(), 1);
-    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&grants[0]).unwrap()).unwrap();
+    let saved = saved_grant(&state);
     assert_eq!(saved["token_response"]["refresh_token"], "rt-2", "the refreshed grant is saved: {saved}");
 
     let (_served, session) = serve(&config, &state).await;
@@ -522,28 +541,19 @@ async fn a_refused_refresh_token_leaves_the_backend_waiting_for_a_login() {
     server.refuses_refresh.store(true, Ordering::Relaxed);
     let served = Served::start_env(&config, &[], &[("TOOLMUX_CONFIG_DIR", state.to_str().unwrap())]).await;
     let waiting = eventually(std::time::Duration::from_secs(30), || async {
-        let backends = served.status().await["backends"].clone();
-        let tracker = backends.as_array().into_iter().flatten().find(|b| b["name"] == "tracker").cloned();
-        tracker.is_some_and(|t| t.to_string().contains("toolmux login tracker"))
+        tracker_row(&served.status().await).contains("toolmux login tracker")
     })
     .await;
     assert!(waiting, "/status says the backend waits for a login: {}", served.status().await);
-    let grant: Vec<PathBuf> = std::fs::read_dir(state.join("oauth"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&grant[0]).unwrap()).unwrap();
+    let saved = saved_grant(&state);
     assert!(saved["token_response"].is_null(), "the refused tokens are dropped: {saved}");
     assert_eq!(saved["client_id"], "login-test-client", "the client registration stays");
     assert_eq!(*server.presented.lock().unwrap(), ["rt-1"], "the login's refresh token was tried");
 
     let session = RawSession::open_url(&served.url).await;
-    let said =
-        match session.try_request("tools/call", json!({"name": "tracker_echo", "arguments": {"input": "x"}})).await {
-            Ok(result) => result.to_string(),
-            Err(e) => e,
-        };
+    let said = answer_text(
+        session.try_request("tools/call", json!({"name": "tracker_echo", "arguments": {"input": "x"}})).await,
+    );
     assert!(said.contains("toolmux login tracker"), "a call names the login: {said}");
     assert_eq!(*server.presented.lock().unwrap(), ["rt-1"], "the refused refresh token is never sent again");
     assert!(server.refreshed.lock().unwrap().is_empty());
@@ -566,16 +576,10 @@ async fn a_grant_revoked_at_run_time_is_named_and_a_new_login_is_used_without_a_
 
     server.valid.lock().unwrap().clear();
     server.refuses_refresh.store(true, Ordering::Relaxed);
-    let said = match echo().await {
-        Ok(result) => result.to_string(),
-        Err(e) => e,
-    };
+    let said = answer_text(echo().await);
     assert!(said.contains("toolmux login tracker"), "the call names the login: {said}");
-    let waiting = |status: Value| {
-        let backends = status["backends"].as_array().cloned().unwrap_or_default();
-        backends.iter().any(|b| b["name"] == "tracker" && b.to_string().contains("toolmux login tracker"))
-    };
-    assert!(waiting(served.status().await), "/status says so at once: {}", served.status().await);
+    let tracker = tracker_row(&served.status().await);
+    assert!(tracker.contains("toolmux login tracker"), "/status says so at once: {tracker}");
 
     server.refuses_refresh.store(false, Ordering::Relaxed);
     log_in(dir.path(), &config).await;
@@ -584,7 +588,6 @@ async fn a_grant_revoked_at_run_time_is_named_and_a_new_login_is_used_without_a_
     })
     .await;
     assert!(back, "the running gateway uses the new grant");
-    let unknown = session.try_request("tools/call", json!({"name": "tracker_nope", "arguments": {}})).await;
-    let said = unknown.expect_err("no such tool");
+    let said = told_of_an_unknown_tool(&session).await;
     assert!(!said.contains("toolmux login tracker"), "the backend no longer waits for a login: {said}");
 }
