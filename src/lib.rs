@@ -35,6 +35,7 @@ pub mod app;
 pub mod audit;
 pub mod auth;
 pub mod catalog;
+pub mod cli;
 pub mod config;
 pub mod console;
 pub mod demo;
