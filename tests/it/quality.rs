@@ -63,21 +63,23 @@ async fn flags_what_does_not_fit() {
     let flagged = |kind: Kind| Tally::pooled(&rows, kind).flagged();
     let apigen = rows.iter().find(|r| r.label.starts_with("toolret-apigen on its own")).unwrap();
     // Measured: 95.3 % of apigen's answerable queries good, 92.8 % of no-fit queries flagged
-    // and 54.1 % `none`, 91.7 % of translated queries flagged.
+    // and 54.1 % `none`, 91.7 % of translated queries flagged (int8 on AVX-512 VNNI; on an
+    // AVX2-only CPU, whose kernel has 7-bit weights, 53.5 % `none`: 2 requests of 316).
     assert!(apigen.tally.pct(apigen.tally.good) >= 94.0, "{rows:?}");
     assert!(flagged(Kind::NoFit) >= 90.0, "{rows:?}");
     let no_fit = Tally::pooled(&rows, Kind::NoFit);
-    assert!(no_fit.pct(no_fit.none) >= 53.6, "half the no-fit requests are told nothing fits: {rows:?}");
+    assert!(no_fit.pct(no_fit.none) >= 53.0, "half the no-fit requests are told nothing fits: {rows:?}");
     assert!(flagged(Kind::Translated) >= 85.0, "{rows:?}");
 
     // With learning (each set replayed in two folds, the query adapter fitted as the gateway
     // fits it): measured 77.7 % of metatool's answerable requests good (62.1 % by the cosine
-    // alone, with nothing learned), no-fit 91.8 % flagged and 54.4 % `none`.
+    // alone, with nothing learned), no-fit 91.8 % flagged and 54.4 % `none` (on an AVX2-only CPU
+    // 77.5 %, 90.8 % and 53.8 %).
     let sets = [data("toolret-apigen"), data("metatool")];
     let t = toolmux::eval::verdict::replay(&sets, None, toolmux::eval::SALT).await.unwrap();
     let (metatool, no_fit) = (&t[1], &t[3]);
     assert!(metatool.pct(metatool.good) >= 77.2, "{t:?}");
-    assert!(no_fit.flagged() >= 91.0 && no_fit.pct(no_fit.none) >= 53.6, "{t:?}");
+    assert!(no_fit.flagged() >= 90.5 && no_fit.pct(no_fit.none) >= 53.0, "{t:?}");
 }
 
 /// On toolret-apigen with the service moved out of 1,011 tool descriptions into a `server`

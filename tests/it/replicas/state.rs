@@ -202,8 +202,13 @@ async fn replicas_learn_from_each_others_calls() {
         (x["served"].clone(), x["last_fit"]["fitted"].as_u64()),
         (y["served"].clone(), y["last_fit"]["fitted"].as_u64())
     );
+    // The fitter looks once 40 labels teach, while the last teachers may still be calling (on a
+    // slow machine it looked at 45 of the 50): every label there was when it looked is fitted or
+    // held back.
     let judged = x["last_fit"]["fitted"].as_u64().unwrap() + x["last_fit"]["held_out"].as_u64().unwrap();
-    assert_eq!(judged, 50, "every label fitted or held back: {x}");
+    let looked_at = x["last_fit"]["at_labels"].as_u64().unwrap();
+    assert!((40..=50).contains(&looked_at), "{x}");
+    assert_eq!(judged, looked_at, "every label fitted or held back: {x}");
 }
 
 /// A session on `url` presenting bearer token `token`.
