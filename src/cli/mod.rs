@@ -9,17 +9,17 @@
 
 mod serve;
 
-use serve::{Reload, announce, config_reads, exit_on_second_signal, serve_until_signal, stop_signal, stop_signals};
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::{Parser, Subcommand};
+
 use crate::app::{App, Options};
 use crate::config::{Config, ConfigError};
 use crate::embed::files::FilesError;
-use clap::{Parser, Subcommand};
+use serve::{Reload, announce, config_reads, exit_on_second_signal, serve_until_signal, stop_signal, stop_signals};
 
 #[derive(Parser)]
 #[command(
