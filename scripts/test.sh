@@ -18,8 +18,9 @@ cargo clippy --all-targets --locked -- -D warnings
 # The optional OpenTelemetry export builds and lints too.
 cargo clippy --all-targets --features otlp --locked -- -D warnings
 cargo test --locked
-# ... and its traces reach a collector (tests/it/otlp.rs, compiled only with the feature).
-cargo test --locked --features otlp --test it otlp::
+# ... and its traces reach a collector (tests/otlp.rs, a small test binary of its own, so the
+# feature does not rebuild the integration tests).
+cargo test --locked --features otlp --test otlp
 # The official MCP SDK clients (Python and TypeScript, installed pinned on first use).
 tests/sdk/run.sh
 # The official MCP conformance suite through toolmux (installs Node 22 and the suite from npm).

@@ -21,8 +21,6 @@ mod limits;
 mod login;
 mod ops;
 mod optimizer;
-#[cfg(feature = "otlp")]
-mod otlp;
 mod policy;
 mod quality;
 mod redis_server;

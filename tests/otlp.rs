@@ -1,11 +1,16 @@
-//! Traces exported over OTLP (built with `--features otlp`; scripts/test.sh runs these): one
-//! trace runs from the client through toolmux to the backend.
+//! Traces exported over OTLP: one trace runs from the client through toolmux to the backend.
+//! A test binary of its own, built only with `--features otlp` (scripts/test.sh runs it), so
+//! that the feature does not rebuild the whole integration-test binary `it`.
+
+#[path = "it/harness.rs"]
+#[allow(dead_code)] // the shared harness, of which these tests use a part
+mod harness;
 
 use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::*;
+use harness::*;
 
 fn bytes(hex: &str) -> Vec<u8> {
     (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
