@@ -160,6 +160,10 @@ pub struct BackendStatus {
     pub breaker_retry_in_secs: Option<u64>,
     pub tools: usize,
     pub client_sessions: usize,
+    /// Whether it waits for a login (`auth = "oauth"` without a usable grant); `last_error`
+    /// names the command that gives it one. Shown to everyone it is shown to, as find_tool's
+    /// `needs_login` is.
+    pub needs_login: bool,
     pub last_error: Option<String>,
     pub last_error_secs_ago: Option<u64>,
 }
@@ -319,6 +323,7 @@ impl Gateway {
                     breaker_retry_in_secs: retry,
                     tools: b.listing().tools.len(),
                     client_sessions: b.client_sessions(),
+                    needs_login: b.needs_login().is_some(),
                     last_error_secs_ago: last_error
                         .as_ref()
                         .and_then(|(_, at)| SystemTime::now().duration_since(*at).ok())
@@ -499,6 +504,8 @@ pub fn table(s: &serde_json::Value) -> String {
         let since = b["health_since_secs"].as_u64().map_or("-".into(), |n| format!("{n}s"));
         let error = match (b["last_error"].as_str(), b["last_error_secs_ago"].as_u64()) {
             (Some(e), Some(ago)) => format!("{ago}s ago: {e}"),
+            // Errors are an admin's to read; that it waits for a login is anyone's.
+            _ if b["needs_login"] == true => "waits for a login".into(),
             _ => "-".into(),
         };
         rows.push(vec![

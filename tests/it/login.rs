@@ -349,6 +349,23 @@ async fn a_call_before_the_first_login_names_the_backend_that_waits_for_one() {
         })
         .await;
         assert!(waiting, "the backend is known to wait for a login");
+        // `/status` says which backend waits, and only that one.
+        let status = serde_json::to_value(app.gateway.status()).unwrap();
+        let waits = |name: &str| {
+            let b = status["backends"].as_array().unwrap().iter().find(|b| b["name"] == name).cloned();
+            b.unwrap_or_else(|| panic!("{name} missing: {status}"))["needs_login"].clone()
+        };
+        assert_eq!((waits("tracker"), waits("kit")), (json!(true), json!(false)), "{mode}: {status}");
+        let table = toolmux::mcp::status::table(&status);
+        assert!(table.contains("toolmux login tracker"), "{mode}: {table}");
+        // A caller who is not an admin gets no errors (`status_for`), and still sees that it waits.
+        let mut shown = status.clone();
+        for b in shown["backends"].as_array_mut().unwrap() {
+            b["last_error"] = serde_json::Value::Null;
+        }
+        let table = toolmux::mcp::status::table(&shown);
+        let row = table.lines().find(|l| l.starts_with("tracker")).unwrap_or_else(|| panic!("{table}"));
+        assert!(row.ends_with("waits for a login"), "{mode}: {table}");
         let (client, _) = client(&app).await;
         let said = match mode {
             "passthrough" => {
