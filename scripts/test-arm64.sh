@@ -14,7 +14,8 @@
 #     catalog, find_tool ranking a known tool first, call_tool running one.
 #
 # Usage: scripts/test-arm64.sh            cross-build every target and run the checks under qemu
-#        scripts/test-arm64.sh --build    install what is needed and cross-build every target only
+#        scripts/test-arm64.sh --build    install what is needed and cross-build every target only,
+#                                         mostly unoptimised (what CI runs: it proves the build, not speed)
 #
 # Installs what it needs with apt (run as root, or with sudo available), idempotently.
 set -euo pipefail
