@@ -358,14 +358,6 @@ async fn a_call_before_the_first_login_names_the_backend_that_waits_for_one() {
         assert_eq!((waits("tracker"), waits("kit")), (json!(true), json!(false)), "{mode}: {status}");
         let table = toolmux::mcp::status::table(&status);
         assert!(table.contains("toolmux login tracker"), "{mode}: {table}");
-        // A caller who is not an admin gets no errors (`status_for`), and still sees that it waits.
-        let mut shown = status.clone();
-        for b in shown["backends"].as_array_mut().unwrap() {
-            b["last_error"] = serde_json::Value::Null;
-        }
-        let table = toolmux::mcp::status::table(&shown);
-        let row = table.lines().find(|l| l.starts_with("tracker")).unwrap_or_else(|| panic!("{table}"));
-        assert!(row.ends_with("waits for a login"), "{mode}: {table}");
         let (client, _) = client(&app).await;
         let said = match mode {
             "passthrough" => {
@@ -382,6 +374,30 @@ async fn a_call_before_the_first_login_names_the_backend_that_waits_for_one() {
         client.cancel().await.unwrap();
         app.shutdown().await;
     }
+
+    // A caller who is not an admin is shown no backend errors, and still that one waits.
+    let auth = bearer_tokens(&["alice", "bob"]).replacen(
+        "mode = \"bearer\"\n",
+        "mode = \"bearer\"\nadmins = [\"alice\"]\n",
+        1,
+    );
+    let policy = "[[policy]]\nprincipals = [\"bob\"]\nbackends = [\"*\"]\n";
+    let toml = format!("[server]\nlisten = \"127.0.0.1:0\"\n{auth}{policy}{backends}");
+    let app = gateway(&toml, toolmux::app::EmbedderChoice::None).await;
+    let waiting = eventually(std::time::Duration::from_secs(10), || async {
+        app.gateway.upstream.get("tracker").is_some_and(|b| b.needs_login().is_some())
+    })
+    .await;
+    assert!(waiting, "the backend is known to wait for a login");
+    let shown = app.gateway.status_for(&toolmux::session::Caller::named("bob", Vec::new()));
+    assert_eq!(shown["details"], json!(false), "{shown}");
+    let tracker = shown["backends"].as_array().unwrap().iter().find(|b| b["name"] == "tracker");
+    let tracker = tracker.unwrap_or_else(|| panic!("{shown}"));
+    assert_eq!((&tracker["needs_login"], &tracker["last_error"]), (&json!(true), &json!(null)), "{shown}");
+    let table = toolmux::mcp::status::table(&shown);
+    let row = table.lines().find(|l| l.starts_with("tracker")).unwrap_or_else(|| panic!("{table}"));
+    assert!(row.ends_with("waits for a login"), "{table}");
+    app.shutdown().await;
 }
 
 /// [`setup`], for a gateway in passthrough mode on a port of its own.
