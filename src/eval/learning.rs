@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::{EvalQuery, Metrics, catalog, model_store, read_jsonl};
 use crate::catalog::ToolKey;
 use crate::index::AllowList;
-use crate::store::adapter::{self, Judged};
+use crate::store::adapter::{self, Judged, OFFSET};
 use crate::store::learned::{self, Learned};
 use crate::store::{Query, Ranker};
 
@@ -59,19 +59,22 @@ fn taught(queries: &[Replayed]) -> Vec<usize> {
 }
 
 /// The rows that measure the query adapter: (label, ranker, weight of the per-tool bonus,
-/// adapter served as the guard decides or always).
-const ADAPTER_ROWS: [(&str, Ranker, f32, Serve); 7] = [
-    ("dense only, nothing learned", Ranker::DenseOnly, 0.0, Serve::Never),
-    ("dense only, adapter as the guard decides", Ranker::DenseOnly, 0.0, Serve::Guarded),
-    ("dense only, adapter always", Ranker::DenseOnly, 0.0, Serve::Always),
-    ("fused, adapter alone (no per-tool bonus), always", Ranker::Fused, 0.0, Serve::Always),
-    ("**learned (shipped) + adapter as the guard decides**", Ranker::Fused, learned::WEIGHT, Serve::Guarded),
-    ("learned (shipped) + adapter always", Ranker::Fused, learned::WEIGHT, Serve::Always),
+/// adapter served as the guard decides or always, what the dense arm takes back from learned
+/// tools while it is served).
+const ADAPTER_ROWS: [(&str, Ranker, f32, Serve, f32); 8] = [
+    ("dense only, nothing learned", Ranker::DenseOnly, 0.0, Serve::Never, OFFSET),
+    ("dense only, adapter as the guard decides", Ranker::DenseOnly, 0.0, Serve::Guarded, OFFSET),
+    ("dense only, adapter always", Ranker::DenseOnly, 0.0, Serve::Always, OFFSET),
+    ("fused, adapter alone (no per-tool bonus), always", Ranker::Fused, 0.0, Serve::Always, OFFSET),
+    ("learned + adapter as the guard decides, nothing taken back", Ranker::Fused, learned::WEIGHT, Serve::Guarded, 0.0),
+    ("**learned (shipped) + adapter as the guard decides**", Ranker::Fused, learned::WEIGHT, Serve::Guarded, OFFSET),
+    ("learned (shipped) + adapter always", Ranker::Fused, learned::WEIGHT, Serve::Always, OFFSET),
     (
         "learned (shipped) + adapter, beside one principal giving every labelled tool 4 labels of unrelated requests",
         Ranker::Fused,
         learned::WEIGHT,
         Serve::Poisoned,
+        OFFSET,
     ),
 ];
 
@@ -141,8 +144,11 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u6
         let mut fits = Vec::new();
         let settings = adapter::Settings::default();
         for fold in 0..FOLDS {
-            let teach = |weight: f32| {
-                let learned = Learned::new(true, embedder.dim(), None).salted(salt).tuned(weight, learned::MIN_LABELS);
+            let teach = |weight: f32, offset: f32| {
+                let learned = Learned::new(true, embedder.dim(), None)
+                    .salted(salt)
+                    .tuned(weight, learned::MIN_LABELS)
+                    .offset(offset);
                 for (i, q) in queries.iter().enumerate().filter(|(i, _)| i % FOLDS != fold) {
                     for g in &q.gold {
                         let tool = ToolKey { backend: "eval".into(), tool: g.as_str().into() };
@@ -151,7 +157,7 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u6
                 }
                 learned
             };
-            let probe = teach(0.0);
+            let probe = teach(0.0, OFFSET);
             let started = std::time::Instant::now();
             let fit = probe.fit(&keys, &tools, settings, &|| false);
             let judged = fit.as_ref().map(|f| f.judged.clone());
@@ -183,8 +189,8 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u6
                     None
                 }
             };
-            for (r, &(_, ranker, weight, serve)) in ADAPTER_ROWS.iter().enumerate() {
-                let learned = teach(weight);
+            for (r, &(_, ranker, weight, serve, offset)) in ADAPTER_ROWS.iter().enumerate() {
+                let learned = teach(weight, offset);
                 match (serve, &fitted) {
                     (Serve::Always, Some((a, _))) => learned.serve(Some(a.clone())),
                     (Serve::Guarded, _) => learned.serve(probe.served().map(|a| (*a).clone())),

@@ -598,7 +598,11 @@ impl Store {
         for (i, (text, vector)) in texts.iter().zip(&vectors).enumerate() {
             let at = std::time::Instant::now();
             let vector = adapted.as_ref().map_or(vector.as_slice(), |a| a[i].as_slice());
-            let (d, p) = tracing::debug_span!("dense_search").in_scope(|| dense.search(vector, allow, depth));
+            let (mut d, p) = tracing::debug_span!("dense_search").in_scope(|| dense.search(vector, allow, depth));
+            if let (Some(_), Some(l)) = (&adapted, learned) {
+                let tools = generation.catalog.tools();
+                l.take_back(&mut d, |slot| &tools[slot as usize].key);
+            }
             timings.search += at.elapsed();
             plan.get_or_insert(p);
             if ranker == Ranker::DenseOnly {

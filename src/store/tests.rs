@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -151,6 +152,36 @@ async fn keywords_feed_the_keyword_arm() {
     let q = Query { description: "do the thing".into(), keywords: vec!["chat".into()] };
     let r = store.search(&g, &AllowList::all(4), &q, 8, Ranker::Fused).await;
     assert_eq!(names(&g, &r.hits), vec!["demo_send_message"]);
+}
+
+#[tokio::test]
+async fn a_served_adapter_searches_with_the_offset_taken_back_from_taught_tools() {
+    use crate::store::adapter::{Adapter, Judged, OFFSET};
+    let fake = Arc::new(FakeEmbedder::default());
+    let store = Store::new(Some(fake.clone()), None);
+    let g = store.rebuild(catalog()).await;
+    let all = AllowList::all(g.catalog.len());
+    let q = Query { description: "post a message to the channel".into(), keywords: vec![] };
+    let scores = |r: &SearchResult| -> HashMap<String, f32> {
+        names(&g, &r.hits).into_iter().zip(r.hits.iter().map(|h| h.score)).collect()
+    };
+    let learned = learned::Learned::new(true, fake.dim, None);
+    let send = g.catalog.tools()[g.catalog.position("demo_send_message").unwrap()].key.clone();
+    let echo = g.catalog.tools()[g.catalog.position("demo_echo").unwrap()].key.clone();
+    // send_message counts (two principals); echo has one principal's label only.
+    learned.record(&fake.vector("tell the team"), &send, "alice");
+    learned.record(&fake.vector("tell the team"), &send, "bob");
+    learned.record(&fake.vector("say it again"), &echo, "alice");
+    let before = scores(&store.search_learning(&g, &all, &q, 4, Ranker::DenseOnly, Some(&learned)).await);
+    // The identity as `W`: the request is searched as said, and only the offset moves scores.
+    let judged = Judged { fitted: 50, held_out: 10, plain: 60.0, adapted: 70.0, seconds: 0.1 };
+    learned.install(learned::Fitted { adapter: Some(Adapter::identity(fake.dim)), judged, labels: 3 }, 1);
+    let after = scores(&store.search_learning(&g, &all, &q, 4, Ranker::DenseOnly, Some(&learned)).await);
+    assert_eq!(before.len(), 4);
+    for (name, score) in &before {
+        let taken = if name == "demo_send_message" { OFFSET } else { 0.0 };
+        assert!((after[name] - (score - taken)).abs() < 1e-5, "{name}: {score} -> {}", after[name]);
+    }
 }
 
 #[tokio::test]

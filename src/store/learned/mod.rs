@@ -109,6 +109,8 @@ pub struct Learned {
     /// [`WEIGHT`] and [`MIN_LABELS`], unless an evaluation tries others.
     weight: f32,
     min_labels: u32,
+    /// [`adapter::OFFSET`], unless an evaluation tries another.
+    offset: f32,
     /// The key principals are hashed under: random per process, kept in the file so a restart
     /// still tells the same principals apart (shared by the replicas through the store).
     salt: RwLock<u64>,
@@ -309,6 +311,7 @@ impl Learned {
             enabled,
             weight: WEIGHT,
             min_labels: MIN_LABELS,
+            offset: adapter::OFFSET,
             salt: RwLock::new(rand::random()),
             shared: std::sync::OnceLock::new(),
             sizes: RwLock::default(),
@@ -355,6 +358,13 @@ impl Learned {
     pub fn tuned(mut self, weight: f32, min_labels: u32) -> Self {
         self.weight = weight;
         self.min_labels = min_labels.max(1);
+        self
+    }
+
+    /// The same, with `offset` taken back from learned tools in place of [`adapter::OFFSET`]:
+    /// how `toolmux eval-learning` shows the adapter with and without it.
+    pub fn offset(mut self, offset: f32) -> Self {
+        self.offset = offset;
         self
     }
 
@@ -455,7 +465,12 @@ impl Learned {
     /// Tools whose labels count in rankings: enough of them, from [`MIN_PRINCIPALS`] principals.
     pub fn counting(&self) -> usize {
         let tools = self.tools.read().expect("learned lock");
-        tools.values().filter(|e| e.count >= self.min_labels && e.by.len() >= MIN_PRINCIPALS).count()
+        tools.values().filter(|e| self.counts(e)).count()
+    }
+
+    /// Whether a tool's labels count: enough of them, from [`MIN_PRINCIPALS`] principals.
+    fn counts(&self, e: &Entry) -> bool {
+        e.count >= self.min_labels && e.by.len() >= MIN_PRINCIPALS
     }
 
     /// Whether learned vectors count in rankings yet.
@@ -557,7 +572,7 @@ impl Learned {
     /// the tool's labels count (enough labels, from [`MIN_PRINCIPALS`] principals or more).
     pub fn familiarity(&self, vector: &[f32], tool: &ToolKey) -> Option<(f32, usize)> {
         let tools = self.tools.read().expect("learned lock");
-        let e = tools.get(tool).filter(|e| e.count >= self.min_labels && e.by.len() >= MIN_PRINCIPALS)?;
+        let e = tools.get(tool).filter(|e| self.counts(e))?;
         let norm = e.sum.iter().map(|x| x * x).sum::<f32>().sqrt();
         if norm == 0.0 {
             return None;
@@ -581,6 +596,24 @@ impl Learned {
             return None;
         }
         self.adapter.load().as_ref().map(|a| a.apply(vector))
+    }
+
+    /// While the adapter is served, lowers the dense score of each hit whose tool's labels count
+    /// by the offset ([`adapter::OFFSET`]) and puts `hits` back in order: `W` pulls requests
+    /// towards the tools it learned from, and this takes back that pull's constant part. `key`
+    /// names a hit's tool. Without a served adapter, nothing changes.
+    pub fn take_back<'k>(&self, hits: &mut [crate::index::Hit], key: impl Fn(u32) -> &'k ToolKey) {
+        if !self.enabled || self.offset == 0.0 || self.adapter.load().is_none() {
+            return;
+        }
+        let tools = self.tools.read().expect("learned lock");
+        for h in hits.iter_mut() {
+            if tools.get(key(h.slot)).is_some_and(|e| self.counts(e)) {
+                h.score -= self.offset;
+            }
+        }
+        drop(tools);
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
     }
 
     /// The adapter being served, if any.

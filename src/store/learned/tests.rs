@@ -277,3 +277,35 @@ fn one_principals_labels_alone_do_not_change_a_fit() {
     let same = |f: &Fitted| (f.adapter.clone(), f.judged.fitted, f.judged.held_out, f.judged.plain, f.judged.adapted);
     assert_eq!(same(&before), same(&after));
 }
+
+#[test]
+fn a_served_adapter_takes_back_the_offset_from_tools_whose_labels_count_and_only_then() {
+    use crate::index::Hit;
+    let keys: Vec<ToolKey> = ["taught", "once", "never"].into_iter().map(key).collect();
+    // "taught" counts (two principals); "once" has one principal's labels; "never" none.
+    let learned = |enabled: bool, offset: f32, serve: bool| {
+        let l = Learned::new(enabled, 2, None).offset(offset);
+        l.record(&unit(&[1.0, 0.0]), &keys[0], "alice");
+        l.record(&unit(&[1.0, 0.1]), &keys[0], "bob");
+        l.record(&unit(&[0.0, 1.0]), &keys[1], "alice");
+        if serve {
+            let judged = Judged { fitted: 50, held_out: 10, plain: 60.0, adapted: 70.0, seconds: 0.1 };
+            l.install(Fitted { adapter: Some(Adapter::identity(2)), judged, labels: 3 }, 1);
+        }
+        l
+    };
+    let hits = || vec![Hit { slot: 0, score: 0.80 }, Hit { slot: 1, score: 0.78 }, Hit { slot: 2, score: 0.77 }];
+    let taken = |l: &Learned| {
+        let mut h = hits();
+        l.take_back(&mut h, |slot| &keys[slot as usize]);
+        h
+    };
+    let h = taken(&learned(true, adapter::OFFSET, true));
+    let order: Vec<u32> = h.iter().map(|h| h.slot).collect();
+    assert_eq!(order, vec![1, 2, 0], "the taught tool falls behind the two within the offset");
+    assert!((h[2].score - (0.80 - adapter::OFFSET)).abs() < 1e-6, "{h:?}");
+    assert_eq!((h[0].score, h[1].score), (0.78, 0.77), "the others keep their scores");
+    assert_eq!(taken(&learned(true, adapter::OFFSET, false)), hits(), "no adapter served: nothing changes");
+    assert_eq!(taken(&learned(false, adapter::OFFSET, true)), hits(), "learning off: nothing changes");
+    assert_eq!(taken(&learned(true, 0.0, true)), hits(), "an offset of 0 changes nothing");
+}
