@@ -450,7 +450,7 @@ impl Backend {
             ServiceError::Timeout { timeout } => CallError::Timeout { backend, after: timeout },
             ServiceError::Cancelled { .. } => CallError::Cancelled,
             // Refused for want of scope: the session is fine, this call needs a new login.
-            other if self.grant.is_some() && oauth::is_auth_refusal(&anyhow::anyhow!("{other}")) => {
+            other if self.grant.is_some() && oauth::is_refused_request(&other) => {
                 let why = self.grant.as_ref().and_then(|g| g.wanted_scope());
                 let needs = oauth::NeedsLogin::new(self.name(), why);
                 self.login_refused(&needs);

@@ -297,12 +297,22 @@ fn scope_of(challenge: &str) -> Option<String> {
     Some(value.to_string())
 }
 
-/// Whether a connection error says the backend wants (other) authorization.
+/// Whether a connection error says the backend wants (other) authorization: rmcp's own typed
+/// answer, from a failed `initialize` or request anywhere in the error's chain, not its wording.
 pub fn is_auth_refusal(err: &anyhow::Error) -> bool {
-    let text = format!("{err:#}");
-    text.contains("Auth required")
-        || text.contains("Insufficient scope")
-        || text.contains("OAuth authorization required")
+    err.chain().any(|e| {
+        if let Some(e) = e.downcast_ref::<rmcp::ServiceError>() {
+            return is_refused_request(e);
+        }
+        e.downcast_ref::<rmcp::service::ClientInitializeError>()
+            .is_some_and(|e| e.is_authorization_required() || e.auth_challenge().is_some())
+    })
+}
+
+/// Whether a request failed because the backend wants (other) authorization: a 401 or 403
+/// challenge, or no token the grant could give.
+pub fn is_refused_request(err: &rmcp::ServiceError) -> bool {
+    err.is_authorization_required() || err.auth_challenge().is_some()
 }
 
 /// How the login hands the user the authorization URL.
@@ -507,6 +517,31 @@ fn open_browser(url: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_is_told_by_rmcp_s_error_types_not_by_their_words() {
+        use rmcp::transport::DynamicTransportError;
+        use rmcp::transport::streamable_http_client::{AuthRequiredError, InsufficientScopeError, StreamableHttpError};
+        type Http = StreamableHttpError<std::io::Error>;
+        let sent = |e: Box<dyn std::error::Error + Send + Sync>| {
+            rmcp::ServiceError::TransportSend(DynamicTransportError::from_parts(
+                "test",
+                std::any::TypeId::of::<()>(),
+                e,
+            ))
+        };
+        let challenge = r#"Bearer error="insufficient_scope", scope="notes:write""#.to_string();
+        let unauthorised = sent(Box::new(Http::AuthRequired(AuthRequiredError::new("Bearer".into()))));
+        let scope = sent(Box::new(Http::InsufficientScope(InsufficientScopeError::new(challenge, None))));
+        assert!(is_refused_request(&unauthorised) && is_refused_request(&scope));
+        // Through anyhow, under context of the gateway's own, as a failed listing reaches it.
+        assert!(is_auth_refusal(&anyhow::Error::from(scope).context("listing the backend's tools")));
+        // The same words from elsewhere are not a refusal.
+        let worded = sent(Box::new(std::io::Error::other("Auth required: Insufficient scope")));
+        assert!(!is_refused_request(&worded));
+        assert!(!is_auth_refusal(&anyhow::Error::from(worded)));
+        assert!(!is_auth_refusal(&anyhow::anyhow!("OAuth authorization required")));
+    }
 
     #[test]
     fn the_scope_a_challenge_asks_for() {
