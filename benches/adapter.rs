@@ -5,13 +5,18 @@
 //! vectors of the model's 384 dimensions; a label's request is its tool's vector moved a
 //! little, so the fit has something to learn. One thread, as the gateway's fitter (which also
 //! rests as long as it works, so a fit there takes twice the time below, at half a core).
-//! `apply` is the request path's cost: one 384×384 product and a normalisation.
+//! `apply` is the request path's cost: one 384×384 product and a normalisation; `take_back`
+//! the rest of it, the offset taken from the dense arm's 50 hits of a store whose 1,000 tools
+//! all count (one lock, 50 lookups, a sort).
 //!
 //! `cargo bench --bench adapter`
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use rand::{Rng, SeedableRng};
-use toolmux::store::adapter::{Adapter, Example, Settings, fit};
+use toolmux::catalog::ToolKey;
+use toolmux::index::Hit;
+use toolmux::store::adapter::{Adapter, Example, Judged, Settings, fit};
+use toolmux::store::learned::{Fitted, Learned};
 
 const DIM: usize = 384;
 
@@ -51,6 +56,25 @@ fn bench(c: &mut Criterion) {
     let adapter = Adapter { dim: DIM, w: (0..DIM * DIM).map(|_| rng.random::<f32>() * 0.01).collect() };
     let q = unit(&mut rng, DIM);
     c.bench_function("adapter_apply", |b| b.iter(|| adapter.apply(std::hint::black_box(&q))));
+
+    let keys: Vec<ToolKey> =
+        (0..1_000).map(|t| ToolKey { backend: "b".into(), tool: format!("tool_{t}").into() }).collect();
+    let learned = Learned::new(true, DIM, None);
+    for key in &keys {
+        for who in ["alice", "bob"] {
+            learned.record(&unit(&mut rng, DIM), key, who);
+        }
+    }
+    let judged = Judged { fitted: 2_000, held_out: 400, plain: 60.0, adapted: 70.0, seconds: 1.0 };
+    learned.install(Fitted { adapter: Some(adapter), judged, labels: 2_000 }, 1);
+    let hits: Vec<Hit> = (0..50).map(|i| Hit { slot: i * 20, score: 1.0 - i as f32 * 0.01 }).collect();
+    c.bench_function("adapter_take_back_50_hits", |b| {
+        b.iter(|| {
+            let mut h = hits.clone();
+            learned.take_back(&mut h, |slot| &keys[slot as usize]);
+            h
+        })
+    });
 }
 
 criterion_group!(benches, bench);
