@@ -145,9 +145,10 @@ enum Command {
         sets: Vec<PathBuf>,
         #[arg(long)]
         model_dir: Option<PathBuf>,
-        /// Keys the adapter's fits, as for eval-verdict.
-        #[arg(long, default_value_t = crate::eval::SALT)]
-        salt: u64,
+        /// Keys the adapter's fits, as for eval-verdict. Given more than once (`--salt 1 --salt
+        /// 11`), each key is replayed and the adapter's rows are printed key by key, with the mean.
+        #[arg(long, default_values_t = [crate::eval::SALT])]
+        salt: Vec<u64>,
     },
     /// Bring the MCP servers an agent host already runs (Claude Desktop, Claude Code, Cursor,
     /// VS Code, Windsurf, Gemini CLI, Codex CLI, Cline) into a toolmux configuration. Secrets in
@@ -536,7 +537,7 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Reap => Ok(ExitCode::SUCCESS),
         Command::EvalLearning { sets, model_dir, salt } => {
-            crate::eval::learning::run(&sets, model_dir.as_deref(), salt).await?;
+            crate::eval::learning::run(&sets, model_dir.as_deref(), &salt).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::EvalStudy { sets, model_dir, family, precision } => {

@@ -99,9 +99,65 @@ fn score(rankings: impl Iterator<Item = (Vec<String>, Vec<String>)>) -> (f64, f6
     (a.r8, a.mrr10)
 }
 
-pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u64) -> anyhow::Result<()> {
+/// The grid of per-tool bonus settings every set is replayed under: (weight, label minimum).
+fn grid() -> Vec<(f32, u32)> {
+    WEIGHTS.iter().flat_map(|&w| MIN_LABELS.iter().map(move |&m| (w, m))).collect()
+}
+
+/// Replays `sets` under each key of `salts`. One key prints every table; several print the
+/// adapter's rows key by key with their mean (the fits' spread over keys is about a point, so
+/// a setting is judged on the mean).
+pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salts: &[u64]) -> anyhow::Result<()> {
+    match salts {
+        [] => anyhow::bail!("give at least one key (--salt)"),
+        [salt] => {
+            let loaded = replay(sets, model_dir, *salt).await?;
+            report(&loaded);
+        }
+        _ => {
+            let mut by_key = Vec::new();
+            for &salt in salts {
+                eprintln!("key {salt}:");
+                by_key.push(replay(sets, model_dir, salt).await?);
+            }
+            report_keys(salts, &by_key);
+        }
+    }
+    Ok(())
+}
+
+/// R@8 of the adapter's rows per set, one column per key and their mean.
+fn report_keys(salts: &[u64], by_key: &[Vec<Set>]) {
+    let keys: Vec<String> = salts.iter().map(|k| format!("key {k}")).collect();
+    for (s, set) in by_key[0].iter().enumerate() {
+        println!("{}: R@8 under each key", set.name);
+        println!("| ranking | {} | mean |", keys.join(" | "));
+        println!("|---|{}---:|", "---:|".repeat(keys.len()));
+        let row = |label: &str, r8: &dyn Fn(&Set) -> f64| {
+            let cells: Vec<f64> = by_key.iter().map(|sets| r8(&sets[s])).collect();
+            let mean = cells.iter().sum::<f64>() / cells.len() as f64;
+            let cells: Vec<String> = cells.iter().map(|c| format!("{c:.2}")).collect();
+            println!("| {label} | {} | {mean:.2} |", cells.join(" | "));
+        };
+        let shipped = grid().iter().position(|&(w, m)| w == learned::WEIGHT && m == learned::MIN_LABELS);
+        if let Some(c) = shipped {
+            row("learned, per-tool bonus (shipped)", &|set| {
+                score(set.rerank[c].iter().zip(&set.queries).map(|(r, q)| (r.clone(), q.gold.clone()))).0
+            });
+        }
+        for (r, (label, ..)) in ADAPTER_ROWS.iter().enumerate() {
+            row(label, &|set| {
+                score(set.adapted[r].iter().zip(&set.queries).map(|(r, q)| (r.clone(), q.gold.clone()))).0
+            });
+        }
+        println!();
+    }
+}
+
+/// Every set replayed under one key: what each half taught, ranked on the other.
+async fn replay(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u64) -> anyhow::Result<Vec<Set>> {
     let (embedder, store) = model_store(model_dir)?;
-    let grid: Vec<(f32, u32)> = WEIGHTS.iter().flat_map(|&w| MIN_LABELS.iter().map(move |&m| (w, m))).collect();
+    let grid = grid();
     let mut loaded = Vec::new();
     for dir in sets {
         eprintln!("replaying {} ...", dir.display());
@@ -222,6 +278,12 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u6
         let taught = taught(&queries);
         loaded.push(Set { name, queries, rerank, adapted, fits, taught });
     }
+    Ok(loaded)
+}
+
+/// Every table of one key's replay.
+fn report(loaded: &[Set]) {
+    let grid = grid();
     let names: Vec<&str> = loaded.iter().map(|s| s.name.as_str()).collect();
     println!("R@8 / MRR@10, every query ranked by what the other half of its set taught:");
     println!("| ranking | {} |", names.join(" | "));
@@ -266,7 +328,7 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u6
         println!("| {label} | {} |", row.join(" | "));
     }
     let shipped = grid.iter().position(|&(w, m)| w == learned::WEIGHT && m == learned::MIN_LABELS);
-    for s in &loaded {
+    for s in loaded {
         // The queries of each column.
         let mut members = vec![Vec::new(); TAUGHT_GROUPS];
         s.taught.iter().enumerate().for_each(|(i, t)| members[(*t).min(TAUGHT_GROUPS - 1)].push(i));
@@ -295,7 +357,7 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u6
     }
     println!();
     println!("The adapter's guard, per set and fold (labels fitted / held back, held-back recall@8 plain -> adapted):");
-    for s in &loaded {
+    for s in loaded {
         for (fold, j) in s.fits.iter().enumerate() {
             println!(
                 "- {} fold {fold}: {} / {}, {:.1} -> {:.1}: {} ({:.1} s)",
@@ -309,7 +371,6 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u6
             );
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]
