@@ -99,9 +99,21 @@ fn score(rankings: impl Iterator<Item = (Vec<String>, Vec<String>)>) -> (f64, f6
     (a.r8, a.mrr10)
 }
 
+impl Set {
+    /// R@8 and MRR@10 of one ranking of every query of the set.
+    fn scored(&self, rankings: &[Vec<String>]) -> (f64, f64) {
+        score(rankings.iter().zip(&self.queries).map(|(r, q)| (r.clone(), q.gold.clone())))
+    }
+}
+
 /// The grid of per-tool bonus settings every set is replayed under: (weight, label minimum).
 fn grid() -> Vec<(f32, u32)> {
     WEIGHTS.iter().flat_map(|&w| MIN_LABELS.iter().map(move |&m| (w, m))).collect()
+}
+
+/// Where the shipped bonus setting sits in [`grid`].
+fn shipped() -> Option<usize> {
+    grid().iter().position(|&(w, m)| w == learned::WEIGHT && m == learned::MIN_LABELS)
 }
 
 /// Replays `sets` under each key of `salts`. One key prints every table; several print the
@@ -139,16 +151,11 @@ fn report_keys(salts: &[u64], by_key: &[Vec<Set>]) {
             let cells: Vec<String> = cells.iter().map(|c| format!("{c:.2}")).collect();
             println!("| {label} | {} | {mean:.2} |", cells.join(" | "));
         };
-        let shipped = grid().iter().position(|&(w, m)| w == learned::WEIGHT && m == learned::MIN_LABELS);
-        if let Some(c) = shipped {
-            row("learned, per-tool bonus (shipped)", &|set| {
-                score(set.rerank[c].iter().zip(&set.queries).map(|(r, q)| (r.clone(), q.gold.clone()))).0
-            });
+        if let Some(c) = shipped() {
+            row("learned, per-tool bonus (shipped)", &|set| set.scored(&set.rerank[c]).0);
         }
         for (r, (label, ..)) in ADAPTER_ROWS.iter().enumerate() {
-            row(label, &|set| {
-                score(set.adapted[r].iter().zip(&set.queries).map(|(r, q)| (r.clone(), q.gold.clone()))).0
-            });
+            row(label, &|set| set.scored(&set.adapted[r]).0);
         }
         println!();
     }
@@ -292,14 +299,8 @@ fn report(loaded: &[Set]) {
         loaded.iter().map(|s| score(s.queries.iter().map(|q| (q.plain.clone(), q.gold.clone())))).collect();
     let cell = |(r, m): (f64, f64)| format!("{r:.2} / {m:.2}");
     println!("| find_tool, nothing learned | {} |", base.iter().map(|x| cell(*x)).collect::<Vec<_>>().join(" | "));
-    let scored: Vec<Vec<(f64, f64)>> = (0..grid.len())
-        .map(|c| {
-            loaded
-                .iter()
-                .map(|s| score(s.rerank[c].iter().zip(&s.queries).map(|(r, q)| (r.clone(), q.gold.clone()))))
-                .collect()
-        })
-        .collect();
+    let scored: Vec<Vec<(f64, f64)>> =
+        (0..grid.len()).map(|c| loaded.iter().map(|s| s.scored(&s.rerank[c])).collect()).collect();
     for (c, &(w, m)) in grid.iter().enumerate() {
         let row: Vec<String> = scored[c].iter().map(|x| cell(*x)).collect();
         println!("| learned, weight {w}, at least {m} labels | {} |", row.join(" | "));
@@ -321,13 +322,10 @@ fn report(loaded: &[Set]) {
         println!("| learned, setting chosen by the other sets | {} |", cells.join(" | "));
     }
     for (r, (label, ..)) in ADAPTER_ROWS.iter().enumerate() {
-        let row: Vec<String> = loaded
-            .iter()
-            .map(|s| cell(score(s.adapted[r].iter().zip(&s.queries).map(|(r, q)| (r.clone(), q.gold.clone())))))
-            .collect();
+        let row: Vec<String> = loaded.iter().map(|s| cell(s.scored(&s.adapted[r]))).collect();
         println!("| {label} | {} |", row.join(" | "));
     }
-    let shipped = grid.iter().position(|&(w, m)| w == learned::WEIGHT && m == learned::MIN_LABELS);
+    let shipped = shipped();
     for s in loaded {
         // The queries of each column.
         let mut members = vec![Vec::new(); TAUGHT_GROUPS];
