@@ -123,14 +123,14 @@ pub async fn run(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salts: &
     match salts {
         [] => anyhow::bail!("give at least one key (--salt)"),
         [salt] => {
-            let loaded = replay(sets, model_dir, *salt).await?;
+            let loaded = replay(sets, model_dir, *salt, &grid()).await?;
             report(&loaded);
         }
         _ => {
             let mut by_key = Vec::new();
             for &salt in salts {
                 eprintln!("key {salt}:");
-                by_key.push(replay(sets, model_dir, salt).await?);
+                by_key.push(replay(sets, model_dir, salt, &grid()).await?);
             }
             report_keys(salts, &by_key);
         }
@@ -161,10 +161,15 @@ fn report_keys(salts: &[u64], by_key: &[Vec<Set>]) {
     }
 }
 
-/// Every set replayed under one key: what each half taught, ranked on the other.
-async fn replay(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u64) -> anyhow::Result<Vec<Set>> {
+/// Every set replayed under one key, the per-tool bonus under each setting of `grid`: what each
+/// half taught, ranked on the other.
+async fn replay(
+    sets: &[PathBuf],
+    model_dir: Option<&std::path::Path>,
+    salt: u64,
+    grid: &[(f32, u32)],
+) -> anyhow::Result<Vec<Set>> {
     let (embedder, store) = model_store(model_dir)?;
-    let grid = grid();
     let mut loaded = Vec::new();
     for dir in sets {
         eprintln!("replaying {} ...", dir.display());
@@ -182,7 +187,7 @@ async fn replay(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u64
             queries.push(Replayed { vector, gold: q.gold.clone(), plain: names(&r.hits) });
         }
         let mut rerank = Vec::new();
-        for &(weight, min_labels) in &grid {
+        for &(weight, min_labels) in grid {
             let mut ranked = vec![Vec::new(); raw.len()];
             for fold in 0..FOLDS {
                 let learned = Learned::new(true, embedder.dim(), None).salted(salt).tuned(weight, min_labels);
@@ -286,6 +291,49 @@ async fn replay(sets: &[PathBuf], model_dir: Option<&std::path::Path>, salt: u64
         loaded.push(Set { name, queries, rerank, adapted, fits, taught });
     }
     Ok(loaded)
+}
+
+/// What learning gives one set under one key, R@8 of each ranking (percent): the figures
+/// docs/search.md reports and `tests/it/quality.rs` holds it to.
+#[derive(Debug, Clone)]
+pub struct Learning {
+    pub set: String,
+    /// The per-tool bonus as shipped, no adapter.
+    pub bonus: f64,
+    /// The bonus and the adapter as the guard decides, nothing taken back.
+    pub adapter_whole: f64,
+    /// The bonus and the adapter as the guard decides, the offset taken back (shipped).
+    pub shipped: f64,
+    /// Folds whose fit the guard served.
+    pub served: usize,
+}
+
+/// Replays `sets` under `salt` with the shipped settings only (the grid's other settings are
+/// `run`'s to report).
+pub async fn measure(
+    sets: &[PathBuf],
+    model_dir: Option<&std::path::Path>,
+    salt: u64,
+) -> anyhow::Result<Vec<Learning>> {
+    let only = [(learned::WEIGHT, learned::MIN_LABELS)];
+    let guarded = |offset: f32| {
+        let row = ADAPTER_ROWS.iter().position(|&(_, ranker, weight, serve, o)| {
+            ranker == Ranker::Fused && weight == learned::WEIGHT && serve == Serve::Guarded && o == offset
+        });
+        row.expect("the adapter's rows hold the shipped ranking with and without the offset")
+    };
+    let (whole, shipped) = (guarded(0.0), guarded(OFFSET));
+    let loaded = replay(sets, model_dir, salt, &only).await?;
+    Ok(loaded
+        .iter()
+        .map(|s| Learning {
+            set: s.name.clone(),
+            bonus: s.scored(&s.rerank[0]).0,
+            adapter_whole: s.scored(&s.adapted[whole]).0,
+            shipped: s.scored(&s.adapted[shipped]).0,
+            served: s.fits.iter().filter(|j| j.served()).count(),
+        })
+        .collect())
 }
 
 /// Every table of one key's replay.
