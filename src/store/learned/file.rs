@@ -231,7 +231,7 @@ impl Learned {
                 }),
             }
         };
-        super::super::write_whole(path, &serde_json::to_vec(&file)?)
+        crate::store::write_whole(path, &serde_json::to_vec(&file)?)
     }
 }
 
