@@ -42,6 +42,11 @@ fn names(g: &Generation, hits: &[Hit]) -> Vec<String> {
     hits.iter().map(|h| g.catalog.tools()[h.slot as usize].name().to_string()).collect()
 }
 
+/// The key of the catalog's tool called `name`.
+fn key(g: &Generation, name: &str) -> crate::catalog::ToolKey {
+    g.catalog.tools()[g.catalog.position(name).expect("a tool of the test catalog")].key.clone()
+}
+
 #[tokio::test]
 async fn hybrid_search_stays_inside_the_allow_list() {
     let store = Store::new(Some(Arc::new(FakeEmbedder::default())), None);
@@ -166,8 +171,8 @@ async fn a_served_adapter_searches_with_the_offset_taken_back_from_taught_tools(
         names(&g, &r.hits).into_iter().zip(r.hits.iter().map(|h| h.score)).collect()
     };
     let learned = learned::Learned::new(true, fake.dim, None);
-    let send = g.catalog.tools()[g.catalog.position("demo_send_message").unwrap()].key.clone();
-    let echo = g.catalog.tools()[g.catalog.position("demo_echo").unwrap()].key.clone();
+    let send = key(&g, "demo_send_message");
+    let echo = key(&g, "demo_echo");
     // send_message counts (two principals); echo has one principal's label only.
     learned.record(&fake.vector("tell the team"), &send, "alice");
     learned.record(&fake.vector("tell the team"), &send, "bob");
@@ -191,8 +196,8 @@ async fn a_first_tool_that_requests_like_this_one_led_to_is_a_good_match() {
     let g = store.rebuild(catalog()).await;
     let all = AllowList::all(g.catalog.len());
     let ask = |text: &str| Query { description: text.into(), keywords: vec![] };
-    let send = g.catalog.tools()[g.catalog.position("demo_send_message").unwrap()].key.clone();
-    let echo = g.catalog.tools()[g.catalog.position("demo_echo").unwrap()].key.clone();
+    let send = key(&g, "demo_send_message");
+    let echo = key(&g, "demo_echo");
     // No word of the request is in any tool's text: by the text alone nothing fits.
     let request = "hand over tonight's rota";
     let plain = store.search_learning(&g, &all, &ask(request), 4, Ranker::Fused, None).await;
